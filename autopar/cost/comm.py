@@ -1,0 +1,124 @@
+"""Collectives placed on the cluster (seed 001 'Как работают коллективные операции на GPU',
+'Коллективные операции внутри узла', 'Коллективные операции между узлами').
+
+A group's ranks follow the rank order: a dimension's stride is the product of the degrees
+before it. A group whose span fits in a node runs on NVLink (or PCIe); otherwise its
+members sit on `nodes` nodes with `per_node` members each and the network part runs at the
+members' share of the node's NICs (per_node x NIC per GPU, capped by NVLink).
+Times (W = achieved bus bandwidth, n ranks):
+  AllGather / ReduceScatter: bytes (n-1)/n / W;  AllReduce: twice that (SHARP: x sharp_speedup);
+  AllToAll: off-node share bytes (n - per_node)/n over the NIC, on-node share over NVLink;
+  P2P: bytes / W.  Latency: alpha per ring step (n - 1 steps, 2(n - 1) for AllReduce).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from autopar.specs.costparams import CostParams
+from autopar.specs.hardware import GB, US, ClusterSpec, LinkKind
+
+
+class Collective(str, Enum):
+    all_reduce = "all_reduce"
+    all_gather = "all_gather"
+    reduce_scatter = "reduce_scatter"
+    all_to_all = "alltoall"
+    send_recv = "sendrecv"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Placement of one communication group: size, members per node, nodes spanned."""
+
+    size: int
+    per_node: int
+    nodes: int
+
+    @property
+    def tier(self) -> str:
+        return "intra_node" if self.nodes <= 1 else "network"
+
+
+def place_group(size: int, stride: int, gpus_per_node: int) -> Group:
+    """Where a group of `size` ranks spaced `stride` apart lands (aligned placement)."""
+    if size <= 1:
+        return Group(1, 1, 1)
+    if stride * size <= gpus_per_node:
+        return Group(size, size, 1)
+    per_node = max(1, gpus_per_node // stride)
+    per_node = min(per_node, size)
+    return Group(size, per_node, -(-size // per_node))
+
+
+def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: float, params: CostParams) -> float:
+    """Bus bandwidth achieved at a message size: saturating in size (half at half_bandwidth_bytes)."""
+    return peak_bytes_per_second * efficiency * message_bytes / (message_bytes + params.comm.half_bandwidth_bytes)
+
+
+def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostParams) -> float:
+    link = cluster.intra_node
+    eff = params.comm.nvlink_efficiency if link.kind == LinkKind.nvlink else params.comm.pcie_efficiency
+    return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, params)
+
+
+def network_bandwidth(cluster: ClusterSpec, group: Group, message_bytes: float, params: CostParams) -> float:
+    """Bus bandwidth of a multi-node group: its members' NICs, capped by the node's links."""
+    nic = _achieved(cluster.nic_bytes_per_second_per_gpu * group.per_node, params.comm.network_efficiency, message_bytes, params)
+    oversub = max([t.oversubscription for t in _tiers_spanned(cluster, group.nodes)] or [1.0])
+    return min(nic / oversub, intra_bandwidth(cluster, message_bytes, params) if group.per_node > 1 else nic / oversub)
+
+
+def _tiers_spanned(cluster: ClusterSpec, nodes: int):
+    out = []
+    for tier in cluster.tiers:
+        out.append(tier)
+        if nodes <= tier.num_nodes:
+            break
+    return out
+
+
+def step_latency_seconds(cluster: ClusterSpec, group: Group) -> float:
+    if group.nodes <= 1:
+        return cluster.intra_node.latency_us * US
+    tiers = _tiers_spanned(cluster, group.nodes)
+    return (tiers[-1].latency_us if tiers else cluster.intra_node.latency_us) * US
+
+
+def collective_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
+                       sharp: bool | None = None) -> float:
+    """Time of one collective; message_bytes is the full buffer per rank (nccl-tests 'size')."""
+    n = group.size
+    if n <= 1 or message_bytes <= 0:
+        return 0.0
+    alpha = step_latency_seconds(cluster, group)
+    if op == Collective.send_recv:
+        bw = intra_bandwidth(cluster, message_bytes, params) if group.nodes <= 1 else network_bandwidth(cluster, Group(2, 1, 2), message_bytes, params)
+        return alpha + message_bytes / bw
+    if op == Collective.all_to_all:
+        off_node = message_bytes * (n - group.per_node) / n
+        on_node = message_bytes * (group.per_node - 1) / n
+        t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params) if on_node else 0.0
+        t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, params.comm.network_efficiency, message_bytes / n, params) if off_node else 0.0
+        # pairwise sends are issued together: latency grows with log2(n), not n
+        return alpha * math.log2(n) + max(t_on, t_off)
+    bw = intra_bandwidth(cluster, message_bytes, params) if group.nodes <= 1 else network_bandwidth(cluster, group, message_bytes, params)
+    factor = (n - 1) / n
+    steps = n - 1
+    if op == Collective.all_reduce:
+        use_sharp = (cluster.intra_node.sharp if group.nodes <= 1 else cluster.sharp) if sharp is None else sharp
+        bw = bw * (params.comm.sharp_speedup if use_sharp else 1.0)
+        factor *= 2
+        steps *= 2
+    return alpha * steps + message_bytes * factor / bw
+
+
+def busbw_factor(op: Collective, n: int) -> float:
+    """nccl-tests bus-bandwidth factor (busbw = algbw x factor)."""
+    if op == Collective.all_reduce:
+        return 2 * (n - 1) / n
+    if op in (Collective.all_gather, Collective.reduce_scatter, Collective.all_to_all):
+        return (n - 1) / n
+    return 1.0

@@ -1,0 +1,146 @@
+"""Parameter counts and FLOPs of a decoder layer (DESIGN.md "Cost model: FLOPs").
+
+Legend: h hidden, a heads, g KV heads, d head dim, F FFN width, V vocab, E experts, k top-k,
+s sequence length, T tokens in one GEMM (micro-batch tokens on this GPU).
+Forward FLOPs per token: QKV 2h(a d + 2 g d), attention core 4 s a d (half when causal with
+flash kernels), output 2 a d h, MLP 2 h F x (3 gated | 2), router 2 h E, experts k x MLP,
+logits 2 h V (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B). Backward = 2 x forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One forward GEMM on one GPU: (m x k) @ (k x n), repeated `count` times."""
+
+    name: str
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+def mlp_matrices(model: ModelSpec) -> int:
+    return 3 if model.gated_mlp else 2
+
+
+def attention_params(model: ModelSpec) -> float:
+    h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q = h * a * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank * a * qk
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + a * m.v_head_dim * h
+    return h * a * d + 2 * h * g * d + a * d * h
+
+
+def dense_mlp_params(model: ModelSpec) -> float:
+    return mlp_matrices(model) * model.hidden_size * model.ffn_hidden_size
+
+
+def expert_params(model: ModelSpec) -> float:
+    """Parameters of one routed expert."""
+    return mlp_matrices(model) * model.hidden_size * (model.moe_ffn_hidden_size or 0)
+
+
+def moe_nonexpert_mlp_params(model: ModelSpec) -> float:
+    """Shared experts and router of one MoE layer (replicated like dense weights)."""
+    return mlp_matrices(model) * model.hidden_size * model.moe_shared_expert_ffn_size + model.hidden_size * model.num_experts
+
+
+def layer_params(model: ModelSpec, index: int) -> tuple[float, float]:
+    """(dense-like params, routed-expert params) of layer `index`, norms included in dense."""
+    norms = 2 * model.hidden_size
+    if model.is_moe_layer(index):
+        return attention_params(model) + moe_nonexpert_mlp_params(model) + norms, model.num_experts * expert_params(model)
+    return attention_params(model) + dense_mlp_params(model) + norms, 0.0
+
+
+def embedding_params(model: ModelSpec) -> float:
+    return model.vocab_size * model.hidden_size
+
+
+def total_params(model: ModelSpec) -> float:
+    """All parameters (tied embeddings counted once)."""
+    layers = sum(sum(layer_params(model, i)) for i in range(model.num_layers))
+    head = 0 if model.tied_embeddings else embedding_params(model)
+    return layers + embedding_params(model) + head + model.hidden_size  # + final norm
+
+
+def active_params_per_token(model: ModelSpec) -> float:
+    """Matmul parameters touched per token (routed experts: k of E), embedding lookup excluded."""
+    total = 0.0
+    for i in range(model.num_layers):
+        dense, routed = layer_params(model, i)
+        total += dense - 2 * model.hidden_size
+        if routed:
+            total += model.moe_top_k * expert_params(model)
+    return total + embedding_params(model)  # logits GEMM
+
+
+def attention_core_flops_per_token(model: ModelSpec, kv_len: float, causal: bool) -> float:
+    """Scores (Q K^T) and values (P V) forward FLOPs of one layer per query token."""
+    a = model.num_attention_heads
+    if model.mla is not None:
+        per_key = 2 * a * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
+    else:
+        per_key = 4 * a * model.head_size
+    return per_key * kv_len * (0.5 if causal else 1.0)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
+    """Training FLOPs per token without recompute: 3 x forward (MFU numerator).
+
+    Convention: attention counted non-causal (causal=False), as in Narayanan et al. 2021 and
+    Megatron-LM's reported model TFLOP/s, so MFU is comparable with published figures.
+    """
+    forward = 2 * active_params_per_token(model) + model.num_layers * attention_core_flops_per_token(model, seq_len, causal)
+    return 3 * forward
+
+
+def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int) -> list[Gemm]:
+    """Forward GEMMs of layer `index` on one GPU for `tokens` tokens (Megatron TP splits)."""
+    h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
+    out: list[Gemm] = []
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank is None:
+            out.append(Gemm("attention/q", tokens, a * qk / tp, h))
+        else:
+            out += [Gemm("attention/q_down", tokens, m.q_lora_rank, h), Gemm("attention/q_up", tokens, a * qk / tp, m.q_lora_rank)]
+        out += [Gemm("attention/kv_down", tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+                Gemm("attention/kv_up", tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
+                Gemm("attention/out", tokens, h, a * m.v_head_dim / tp)]
+    else:
+        out += [Gemm("attention/qkv", tokens, (a * d + 2 * g * d) / tp, h), Gemm("attention/out", tokens, h, a * d / tp)]
+    mats = mlp_matrices(model)
+    if model.is_moe_layer(index):
+        f_e = model.moe_ffn_hidden_size or 0
+        local_experts = model.num_experts / ep
+        # balanced routing: each GPU's experts receive tokens x k assignments in total
+        per_expert = tokens * model.moe_top_k * ep / model.num_experts
+        out += [Gemm("moe/router", tokens, model.num_experts, h),
+                Gemm("moe/experts_fc1", per_expert, (mats - 1) * f_e / etp, h, local_experts),
+                Gemm("moe/experts_fc2", per_expert, h, f_e / etp, local_experts)]
+        if model.moe_shared_expert_ffn_size:
+            f_s = model.moe_shared_expert_ffn_size
+            out += [Gemm("moe/shared_fc1", tokens, (mats - 1) * f_s / tp, h), Gemm("moe/shared_fc2", tokens, h, f_s / tp)]
+    else:
+        f = model.ffn_hidden_size
+        out += [Gemm("mlp/fc1", tokens, (mats - 1) * f / tp, h), Gemm("mlp/fc2", tokens, h, f / tp)]
+    return out
+
+
+def logits_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
+    return Gemm("logits", tokens, model.vocab_size / tp, model.hidden_size)

@@ -1,0 +1,45 @@
+"""Compute time of one GEMM: flops / (peak x efficiency(M, N, K, dtype)).
+
+The default efficiency is a saturating curve in the GEMM's size with a tile-quantization
+term for ragged dimensions; its coefficients come from profiles/cost/defaults.yaml (maximum
+achievable matmul FLOPS, stas00/ml-engineering MAMF table) until calibration replaces them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autopar.specs.costparams import CostParams
+from autopar.specs.hardware import GpuSpec
+
+
+def tile_quantization(m: float, n: float, tile_m: int, tile_n: int) -> float:
+    """Useful fraction of the work when M and N are padded up to whole tiles (wave quantization ignored)."""
+    if m <= 0 or n <= 0:
+        return 1.0
+    return (m / (math.ceil(m / tile_m) * tile_m)) * (n / (math.ceil(n / tile_n) * tile_n))
+
+
+def gemm_efficiency(m: float, n: float, k: float, dtype: str, gpu: GpuSpec, params: CostParams) -> float:
+    """Achieved fraction of the dtype's dense peak for an (M x K) @ (K x N) GEMM."""
+    flops = 2.0 * m * n * k
+    g = params.gemm
+    saturation = flops / (flops + g.half_saturation_flops)
+    return params.max_gemm_efficiency(gpu.architecture, dtype) * tile_quantization(m, n, g.tile_m, g.tile_n) * saturation
+
+
+def gemm_flops_per_second(dtype: str, gpu: GpuSpec, params: CostParams) -> float:
+    """Effective peak for a dtype: fp8/fp4 capped at fp8_max_speedup x bf16 (casting, scaling)."""
+    peak = gpu.peak_flops_per_second(dtype)
+    if dtype in ("fp8", "fp4") and gpu.supports("bf16"):
+        peak = min(peak, params.gemm.fp8_max_speedup * gpu.peak_flops_per_second("bf16")
+                   * params.max_gemm_efficiency(gpu.architecture, "bf16") / params.max_gemm_efficiency(gpu.architecture, dtype))
+    return peak
+
+
+def gemm_seconds(m: float, n: float, k: float, dtype: str, gpu: GpuSpec, params: CostParams) -> float:
+    """Time of one GEMM on one GPU."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k
+    return flops / (gemm_flops_per_second(dtype, gpu, params) * gemm_efficiency(m, n, k, dtype, gpu, params))

@@ -1,0 +1,53 @@
+"""Estimate: the cost model's answer for one plan. Breakdowns sum to their totals."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Bottleneck(str, Enum):
+    """What the step spends most of its time on."""
+
+    compute = "compute"
+    """Tensor-core GEMMs and attention (including recompute)."""
+    memory = "memory"
+    """HBM-bound element-wise work and the optimizer step."""
+    communication = "communication"
+    """Exposed TP/CP/EP/PP/DP collectives."""
+    bubble = "bubble"
+    """Pipeline fill and drain, and stage imbalance."""
+    coordination = "coordination"
+    """Fixed per-step overhead (data loading, launch gaps, logging)."""
+
+
+class Estimate(BaseModel):
+    """Predicted step of one plan (units in every name; bytes, seconds, flops)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: str = Field(description="Plan in text form")
+    feasible: bool = Field(description="Fits in memory and respects the placement rules")
+    reasons: list[str] = Field(default_factory=list, description="Why the plan is infeasible (empty when feasible)")
+    num_gpus: int = Field(description="GPUs in the job")
+    dp: int = Field(description="Data-parallel degree")
+    num_microbatches: int = Field(description="Micro-batches per step per pipeline")
+    stage_layers: list[int] = Field(description="Decoder layers on each pipeline stage")
+    step_seconds: float = Field(description="Wall time of one optimizer step")
+    tokens_per_second: float = Field(description="Training tokens per second, whole job")
+    tokens_per_second_per_gpu: float = Field(description="Training tokens per second per GPU")
+    model_flops_per_step: float = Field(description="Model FLOPs per step (no recompute; attention counted non-causal)")
+    hardware_flops_per_step: float = Field(description="FLOPs executed per step (recompute included, causal attention halved)")
+    model_tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU")
+    mfu: float = Field(description="Model FLOPs utilisation against the GEMM precision's dense peak")
+    hfu: float = Field(description="Hardware FLOPs utilisation (recompute counted)")
+    bubble_fraction: float = Field(description="Pipeline bubble / pipeline time")
+    memory_bytes_per_gpu: float = Field(description="Peak memory over stages, bytes")
+    memory_capacity_bytes: float = Field(description="HBM per GPU, bytes")
+    worst_stage: int = Field(description="Stage with the peak memory")
+    memory_breakdown: dict[str, float] = Field(description="Bytes per component on the worst stage; sums to memory_bytes_per_gpu")
+    time_breakdown: dict[str, float] = Field(description="Seconds per component of one step; sums to step_seconds")
+    bottleneck: Bottleneck = Field(description="Largest time category")
+    time_to_train_seconds: float | None = Field(None, description="target_tokens / tokens_per_second")
+    cost_usd: float | None = Field(None, description="Price of time_to_train at the cluster's GPU-hour price")

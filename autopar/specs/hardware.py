@@ -1,0 +1,187 @@
+"""GPU and cluster specs, loaded from profiles/gpus and profiles/clusters (human units in
+files, converted once here: GB = 1e9 bytes, TB = 1e12, Gb = 1e9 bits, us = 1e-6 s)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autopar.errors import InputError, ProfileNotFound
+from autopar.specs._files import looks_like_path, preset_files, read_mapping
+
+GB = 1e9
+TB = 1e12
+TFLOP = 1e12
+US = 1e-6
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakTflops(_Strict):
+    """Dense (no sparsity) peak TFLOP/s per GPU by dtype; null where the GPU lacks it."""
+
+    fp32: float | None = Field(None, gt=0, description="Non-tensor-core FP32, TFLOP/s")
+    tf32: float | None = Field(None, gt=0, description="TF32 tensor core, TFLOP/s")
+    bf16: float | None = Field(None, gt=0, description="BF16 tensor core, TFLOP/s")
+    fp16: float | None = Field(None, gt=0, description="FP16 tensor core, TFLOP/s")
+    fp8: float | None = Field(None, gt=0, description="FP8 tensor core, TFLOP/s (Hopper+)")
+    fp4: float | None = Field(None, gt=0, description="FP4 tensor core, TFLOP/s (Blackwell+)")
+
+
+class GpuSpec(_Strict):
+    """One accelerator: compute peaks, memory, links (profiles/gpus/*.yaml)."""
+
+    name: str = Field(description="Canonical name, e.g. H100")
+    aliases: list[str] = Field(default_factory=list, description="Other spellings (H100-80GB, ...)")
+    architecture: str = Field(description="volta | ampere | hopper | blackwell")
+    compute_capability: float = Field(gt=0, description="CUDA compute capability, e.g. 9.0")
+    peak_tflops: PeakTflops = Field(description="Dense peaks by dtype, TFLOP/s")
+    hbm_gb: float = Field(gt=0, description="HBM capacity, GB (1e9 bytes)")
+    hbm_tb_per_s: float = Field(gt=0, description="HBM bandwidth, TB/s")
+    nvlink_gb_per_s: float | None = Field(None, gt=0, description="NVLink per GPU per direction, GB/s; null on PCIe-only parts")
+    pcie_gb_per_s: float | None = Field(None, gt=0, description="PCIe per direction, GB/s")
+    tdp_watts: float | None = Field(None, gt=0, description="Board power, W")
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gb * GB
+
+    @property
+    def hbm_bytes_per_second(self) -> float:
+        return self.hbm_tb_per_s * TB
+
+    def peak_flops_per_second(self, dtype: str) -> float:
+        """Dense tensor peak for a dtype; raises InputError when the GPU lacks it."""
+        tflops = getattr(self.peak_tflops, dtype, None)
+        if tflops is None:
+            have = [k for k, v in self.peak_tflops.model_dump().items() if v]
+            raise InputError("precision", dtype, f"{self.name} has no {dtype} tensor cores (has {', '.join(have)})")
+        return tflops * TFLOP
+
+    def supports(self, dtype: str) -> bool:
+        return getattr(self.peak_tflops, dtype, None) is not None
+
+
+class LinkKind(str, Enum):
+    """Interconnect inside a node."""
+
+    nvlink = "nvlink"
+    """NVLink/NVSwitch all-to-all domain."""
+    pcie = "pcie"
+    """PCIe only (workstations); traffic goes through the host bridge."""
+
+
+class IntraNode(_Strict):
+    """The NVLink (or PCIe) domain: every GPU of a node reaches every other at this rate."""
+
+    kind: LinkKind = Field(description="nvlink | pcie")
+    bandwidth_gb_per_s: float = Field(gt=0, description="Per GPU per direction peak, GB/s")
+    latency_us: float = Field(ge=0, description="Per collective step latency, microseconds")
+    sharp: bool = Field(False, description="NVLink SHARP (NVLS) in-switch reduction available")
+
+
+class NetworkTier(_Strict):
+    """One level of the scale-out fabric above the node, innermost first."""
+
+    name: str = Field(description="leaf, spine, core, ...")
+    num_nodes: int = Field(gt=0, description="Nodes reachable without leaving this tier")
+    latency_us: float = Field(ge=0, description="Per collective step latency at this tier, microseconds")
+    oversubscription: float = Field(1.0, ge=1.0, description="Uplink oversubscription; 1.0 = non-blocking")
+
+
+class ClusterSpec(_Strict):
+    """A cluster: GPU type, node and fabric (profiles/clusters/*.yaml or a user file)."""
+
+    name: str = Field(description="Preset or user name")
+    description: str = Field("", description="Free text")
+    gpu: GpuSpec = Field(description="GPU profile (a name or alias in files, resolved at load)")
+    gpus_per_node: int = Field(gt=0, description="GPUs per node = NVLink domain (72 for NVL72)")
+    num_nodes: int = Field(gt=0, description="Nodes in the cluster")
+    intra_node: IntraNode = Field(description="Links inside a node")
+    nic_gb_per_s_per_gpu: float = Field(ge=0, description="Scale-out NIC bandwidth per GPU per direction, GB/s")
+    tiers: list[NetworkTier] = Field(default_factory=list, description="Fabric tiers above the node, innermost first")
+    sharp: bool = Field(False, description="InfiniBand SHARP in-network reduction available")
+    price_usd_per_gpu_hour: float | None = Field(None, ge=0, description="Price per GPU-hour, USD")
+    mtbf_hours_per_gpu: float = Field(50_000.0, gt=0, description="Mean time between failures of one GPU (with its share of node), hours")
+    calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        if self.num_nodes > 1 and self.nic_gb_per_s_per_gpu <= 0:
+            raise ValueError(f"num_nodes={self.num_nodes} needs nic_gb_per_s_per_gpu > 0")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nic_bytes_per_second_per_gpu(self) -> float:
+        return self.nic_gb_per_s_per_gpu * GB
+
+    def with_gpus(self, num_gpus: int) -> "ClusterSpec":
+        """The same cluster resized to num_gpus (whole nodes, or a part of one node)."""
+        if num_gpus <= 0:
+            raise InputError("gpus", num_gpus, "must be a positive integer")
+        if num_gpus <= self.gpus_per_node:
+            return self.model_copy(update={"num_nodes": 1, "gpus_per_node": num_gpus})
+        if num_gpus % self.gpus_per_node:
+            raise InputError("gpus", num_gpus, f"must be a multiple of gpus_per_node={self.gpus_per_node} (whole nodes) or at most one node")
+        if self.nic_gb_per_s_per_gpu <= 0:
+            raise InputError("gpus", num_gpus, f"cluster {self.name} has no scale-out network (nic_gb_per_s_per_gpu=0); at most {self.gpus_per_node} GPUs")
+        return self.model_copy(update={"num_nodes": num_gpus // self.gpus_per_node})
+
+
+def _pydantic_to_input_error(exc: ValidationError, what: str) -> InputError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or what
+    return InputError(f"{what}.{loc}", err.get("input"), err["msg"])
+
+
+def _all_gpus() -> dict[str, GpuSpec]:
+    out: dict[str, GpuSpec] = {}
+    for stem, path in preset_files("gpus").items():
+        try:
+            spec = GpuSpec.model_validate(read_mapping(path, "gpu"))
+        except ValidationError as exc:
+            raise _pydantic_to_input_error(exc, f"gpu profile {path.name}") from None
+        for key in [stem, spec.name, *spec.aliases]:
+            out[key.lower()] = spec
+    return out
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """A GPU by preset name or alias (case-insensitive)."""
+    table = _all_gpus()
+    spec = table.get(name.strip().lower())
+    if spec is None:
+        raise ProfileNotFound("GPU", name, sorted({s.name for s in table.values()}))
+    return spec
+
+
+def cluster_from_mapping(data: dict[str, Any], what: str = "cluster") -> ClusterSpec:
+    data = dict(data)
+    gpu = data.get("gpu")
+    if isinstance(gpu, str):
+        data["gpu"] = load_gpu(gpu)
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_to_input_error(exc, what) from None
+
+
+def load_cluster(name_or_path: str) -> ClusterSpec:
+    """A cluster preset (profiles/clusters/NAME.yaml) or a user YAML file."""
+    presets = preset_files("clusters")
+    if name_or_path in presets:
+        return cluster_from_mapping(read_mapping(presets[name_or_path], "cluster"), f"cluster {name_or_path}")
+    if looks_like_path(name_or_path) or Path(name_or_path).is_file():
+        return cluster_from_mapping(read_mapping(Path(name_or_path), "cluster"))
+    raise ProfileNotFound("cluster", name_or_path, list(presets))

@@ -1,0 +1,64 @@
+"""TrainingSpec: what one optimizer step processes and in which number formats."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Precision(str, Enum):
+    """Number format of the transformer GEMMs (weights stay bf16, master weights fp32)."""
+
+    bf16 = "bf16"
+    """bfloat16 GEMMs and activations."""
+    fp16 = "fp16"
+    """float16 GEMMs with loss scaling (same tensor-core peak as bf16)."""
+    fp8 = "fp8"
+    """FP8 GEMMs (Transformer Engine, Hopper+); activations and weights kept in bf16."""
+    fp4 = "fp4"
+    """FP4 GEMMs (NVFP4/MXFP4, Blackwell+)."""
+
+    @property
+    def gemm_dtype(self) -> str:
+        return self.value
+
+
+class TrainingSpec(BaseModel):
+    """One training step: sequence length, batch, precision and optimizer state sizes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len: int = Field(gt=0, description="s, tokens per sequence")
+    global_batch_size: int = Field(gt=0, description="Sequences per optimizer step")
+    precision: Precision = Field(Precision.bf16, description="GEMM precision: bf16 | fp16 | fp8 | fp4")
+    weight_bytes_per_param: float = Field(2.0, gt=0, description="Model weights as trained (bf16 = 2 bytes)")
+    grad_bytes_per_param: float = Field(
+        2.0, gt=0,
+        description="Gradient buffer per parameter: 2 (bf16, the seed's 16-byte convention) or 4 (Megatron fp32 main grads, 18 bytes)",
+    )
+    optimizer_bytes_per_param: float = Field(
+        12.0, ge=0,
+        description="Optimizer state per parameter: Adam = fp32 master + 2 fp32 moments = 12 bytes",
+    )
+    grad_reduce_bytes_per_param: float = Field(2.0, gt=0, description="Bytes per gradient on the wire in the DP reduction")
+    activation_bytes: float = Field(2.0, gt=0, description="Bytes per activation element (bf16 = 2)")
+    flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
+    target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
+    critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingSpec":
+        if self.critical_batch_tokens is not None and self.tokens_per_step > self.critical_batch_tokens:
+            raise ValueError(
+                f"global batch {self.tokens_per_step:.0f} tokens exceeds critical_batch_tokens={self.critical_batch_tokens:.0f}"
+            )
+        return self
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size
+
+    @property
+    def static_bytes_per_param(self) -> float:
+        return self.weight_bytes_per_param + self.grad_bytes_per_param + self.optimizer_bytes_per_param
