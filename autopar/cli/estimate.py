@@ -1,0 +1,29 @@
+"""`autopar estimate`: cost one plan and print its breakdown."""
+
+from __future__ import annotations
+
+import click
+
+from autopar.cli import main
+from autopar.cli.common import dump_json, model_cluster_options, resolve_inputs, resolve_training, training_options
+from autopar.cost import estimate as cost_estimate
+from autopar.report import estimate_table
+from autopar.specs import parse_plan
+
+
+@main.command()
+@model_cluster_options
+@training_options
+@click.option("--plan", "plan_text", required=True, help="e.g. tp=8,pp=8,dp=16,vpp=5,mbs=1,zero=1,recompute=selective")
+@click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+def estimate(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text, no_flash, as_json):
+    """Predict step time, throughput, MFU and memory of one plan."""
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus)
+    training = resolve_training(seq_len, global_batch, global_batch_tokens, precision, flash_attention=not no_flash)
+    plan = parse_plan(plan_text)
+    result = cost_estimate(model, cluster, training, plan)
+    if as_json:
+        click.echo(dump_json(result.model_dump(mode="json")), nl=False)
+    else:
+        click.echo(estimate_table(result, f"{model.name} on {cluster.name} ({cluster.num_gpus} x {cluster.gpu.name}), seq {seq_len}, batch {training.global_batch_size} x {seq_len} tokens, {precision}"))

@@ -1,0 +1,48 @@
+"""Human-readable tables for estimates and validation reports (plain text, stable for tests)."""
+
+from __future__ import annotations
+
+from autopar.specs.estimate import Estimate
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:8.2f} GB"
+
+
+def _share(x: float, total: float) -> str:
+    return f"{100 * x / total:5.1f}%" if total else "  -  "
+
+
+def estimate_table(e: Estimate, title: str = "") -> str:
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append(f"plan        {e.plan}")
+    lines.append(f"layout      {e.num_gpus} GPUs, dp={e.dp}, {e.num_microbatches} micro-batches, stage layers {_stages(e.stage_layers)}")
+    lines.append(f"feasible    {'yes' if e.feasible else 'NO: ' + '; '.join(e.reasons)}")
+    lines.append("")
+    lines.append(f"step        {e.step_seconds:10.4f} s     bottleneck: {e.bottleneck.value}")
+    lines.append(f"throughput  {e.tokens_per_second:12,.0f} tokens/s   {e.tokens_per_second_per_gpu:,.1f} tokens/s/GPU")
+    lines.append(f"model       {e.model_tflops_per_gpu:8.1f} TFLOP/s/GPU   MFU {100 * e.mfu:5.1f}%   HFU {100 * e.hfu:5.1f}%   bubble {100 * e.bubble_fraction:5.1f}%")
+    if e.time_to_train_seconds is not None:
+        cost = f"   cost ${e.cost_usd:,.0f}" if e.cost_usd is not None else ""
+        lines.append(f"to train    {e.time_to_train_seconds / 86400:8.2f} days{cost}")
+    lines.append("")
+    lines.append("time per step                      seconds   share")
+    for key, value in e.time_breakdown.items():
+        if value:
+            lines.append(f"  {key:<30} {value:10.4f}  {_share(value, e.step_seconds)}")
+    lines.append(f"  {'total':<30} {e.step_seconds:10.4f}")
+    lines.append("")
+    lines.append(f"memory per GPU (stage {e.worst_stage})            bytes   share")
+    for key, value in e.memory_breakdown.items():
+        if value:
+            lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
+    lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {_gb(e.memory_capacity_bytes).strip()}")
+    return "\n".join(lines)
+
+
+def _stages(layers: list[int]) -> str:
+    if len(set(layers)) == 1:
+        return f"{len(layers)} x {layers[0]}"
+    return "[" + ", ".join(map(str, layers)) + "]"
