@@ -53,22 +53,24 @@ def place_group(size: int, stride: int, gpus_per_node: int) -> Group:
     return Group(size, per_node, -(-size // per_node))
 
 
-def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: float, params: CostParams) -> float:
-    """Bus bandwidth achieved at a message size: saturating in size (half at half_bandwidth_bytes)."""
-    return peak_bytes_per_second * efficiency * message_bytes / (message_bytes + params.comm.half_bandwidth_bytes)
+def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: float, half_bytes: float) -> float:
+    """Bus bandwidth achieved at a message size: saturating in size (half at half_bytes)."""
+    return peak_bytes_per_second * efficiency * message_bytes / (message_bytes + half_bytes)
 
 
-def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostParams) -> float:
+def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostParams, p2p: bool = False) -> float:
     link = cluster.intra_node
     eff = params.comm.nvlink_efficiency if link.kind == LinkKind.nvlink else params.comm.pcie_efficiency
-    return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, params)
+    half = params.comm.p2p_half_bandwidth_bytes if p2p else params.comm.half_bandwidth_bytes
+    return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, half)
 
 
-def network_bandwidth(cluster: ClusterSpec, group: Group, message_bytes: float, params: CostParams) -> float:
+def network_bandwidth(cluster: ClusterSpec, group: Group, message_bytes: float, params: CostParams, p2p: bool = False) -> float:
     """Bus bandwidth of a multi-node group: its members' NICs, capped by the node's links."""
-    nic = _achieved(cluster.nic_bytes_per_second_per_gpu * group.per_node, params.comm.network_efficiency, message_bytes, params)
+    half = params.comm.p2p_half_bandwidth_bytes if p2p else params.comm.half_bandwidth_bytes
+    nic = _achieved(cluster.nic_bytes_per_second_per_gpu * group.per_node, params.comm.network_efficiency, message_bytes, half)
     oversub = max([t.oversubscription for t in _tiers_spanned(cluster, group.nodes)] or [1.0])
-    return min(nic / oversub, intra_bandwidth(cluster, message_bytes, params) if group.per_node > 1 else nic / oversub)
+    return min(nic / oversub, intra_bandwidth(cluster, message_bytes, params, p2p) if group.per_node > 1 else nic / oversub)
 
 
 def _tiers_spanned(cluster: ClusterSpec, nodes: int):
@@ -95,13 +97,14 @@ def collective_seconds(op: Collective, message_bytes: float, group: Group, clust
         return 0.0
     alpha = step_latency_seconds(cluster, group)
     if op == Collective.send_recv:
-        bw = intra_bandwidth(cluster, message_bytes, params) if group.nodes <= 1 else network_bandwidth(cluster, Group(2, 1, 2), message_bytes, params)
+        bw = intra_bandwidth(cluster, message_bytes, params, p2p=True) if group.nodes <= 1 else network_bandwidth(cluster, Group(2, 1, 2), message_bytes, params, p2p=True)
         return alpha + message_bytes / bw
     if op == Collective.all_to_all:
         off_node = message_bytes * (n - group.per_node) / n
         on_node = message_bytes * (group.per_node - 1) / n
-        t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params) if on_node else 0.0
-        t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, params.comm.network_efficiency, message_bytes / n, params) if off_node else 0.0
+        # each pair exchanges message_bytes / n: saturation follows the p2p curve
+        t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params, p2p=True) if on_node else 0.0
+        t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, params.comm.network_efficiency, message_bytes / n, params.comm.p2p_half_bandwidth_bytes) if off_node else 0.0
         # pairwise sends are issued together: latency grows with log2(n), not n
         return alpha * math.log2(n) + max(t_on, t_off)
     bw = intra_bandwidth(cluster, message_bytes, params) if group.nodes <= 1 else network_bandwidth(cluster, group, message_bytes, params)

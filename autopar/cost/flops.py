@@ -98,14 +98,15 @@ def attention_core_flops_per_token(model: ModelSpec, kv_len: float, causal: bool
     return per_key * kv_len * (0.5 if causal else 1.0)
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
-    """Training FLOPs per token without recompute: 3 x forward (MFU numerator).
+def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, frozen_weights: bool = False) -> float:
+    """Training FLOPs per token without recompute: 3 x forward (MFU numerator); 2 x forward
+    with frozen weights (LoRA: no weight gradients), as NeMo counts LoRA.
 
     Convention: attention counted non-causal (causal=False), as in Narayanan et al. 2021 and
     Megatron-LM's reported model TFLOP/s, so MFU is comparable with published figures.
     """
     forward = 2 * active_params_per_token(model) + model.num_layers * attention_core_flops_per_token(model, seq_len, causal)
-    return 3 * forward
+    return (2 if frozen_weights else 3) * forward
 
 
 def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int) -> list[Gemm]:

@@ -101,10 +101,11 @@ def memory_breakdown(s: Setup, stage: int, flash: bool) -> dict[str, float]:
         on = p.zero >= from_stage
         return bytes_per * (dense / (shard_dense if on else 1) + routed / (shard_routed if on else 1))
 
+    trained = 0.0 if tr.frozen_weights else 1.0  # LoRA: adapters' state is negligible
     out: dict[str, float] = {
         "weights": sharded(3, tr.weight_bytes_per_param),
-        "gradients": sharded(2, tr.grad_bytes_per_param),
-        "optimizer_states": sharded(1, tr.optimizer_bytes_per_param),
+        "gradients": trained * sharded(2, tr.grad_bytes_per_param),
+        "optimizer_states": trained * sharded(1, tr.optimizer_bytes_per_param),
     }
     layers = list(s.stage_layer_indices[stage])
     n_recomputed = recomputed_layers(s, stage)

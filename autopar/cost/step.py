@@ -36,6 +36,10 @@ def _layer_forward(s: Setup, index: int) -> dict[str, float]:
     T, t, B = s.tokens_per_microbatch, p.tp, tr.activation_bytes
     gemms = layer_gemms(m, index, T, t, p.ep, p.expert_tp)
     out = {"gemm": sum(gemm_seconds(g.m, g.n, g.k, dtype, gpu, prm) * g.count for g in gemms)}
+    # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
+    # gradients M x N) -- memory-bound work on top of the GEMM (Transformer Engine)
+    cast = prm.memory.low_precision_cast_bytes_per_element if dtype in ("fp8", "fp4") else 0.0
+    cast_bytes = cast * sum((g.m * g.k + g.m * g.n) * g.count for g in gemms)
     out["gemm_flops"] = sum(g.flops for g in gemms)
     flash = tr.flash_attention
     attn_flops = attention_core_flops_per_token(m, tr.seq_len, causal=flash) * T / t
@@ -51,13 +55,13 @@ def _layer_forward(s: Setup, index: int) -> dict[str, float]:
     else:
         f_act = m.ffn_hidden_size / t
     elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * T * m.hidden_size / s.sp_divisor + 3 * B * T * f_act
-    out["elem"] = _hbm_seconds(s, elem_bytes)
+    out["elem"] = _hbm_seconds(s, elem_bytes + cast_bytes / 3)  # x3 below: fwd + bwd share the casts
     # TP / SP: two AllReduce (or AllGather + ReduceScatter pairs) of B T h per layer
     tp_op = Collective.all_gather if p.sequence_parallel else Collective.all_reduce
     tp_one = collective_seconds(tp_op, B * T * m.hidden_size, s.group("tp"), s.cluster, prm)
     if p.sequence_parallel:
         tp_one += collective_seconds(Collective.reduce_scatter, B * T * m.hidden_size, s.group("tp"), s.cluster, prm)
-    out["tp"] = 2 * tp_one * (1 - prm.comm.tp_overlap)
+    out["tp"] = 2 * tp_one * (1 - (prm.comm.tp_overlap if p.tp_comm_overlap else 0.0))
     out["cp"], out["cp_bwd"] = _cp_exposed(s, out["attn"])
     if m.is_moe_layer(index) and p.ep > 1:
         a2a = collective_seconds(Collective.all_to_all, B * T * m.moe_top_k * m.hidden_size, s.group("ep"), s.cluster, prm)
@@ -99,20 +103,22 @@ def _stage_microbatch(s: Setup, stage: int, layer_cache: dict[int, dict[str, flo
     parts = dict.fromkeys(MICROBATCH_PARTS, 0.0)
     flops = fwd = bwd = 0.0
     n_recomputed = recomputed_layers(s, stage)
+    # backward GEMMs: activation gradients (1x forward) + weight gradients (1x) unless frozen (LoRA)
+    wgrad = 0.0 if tr.frozen_weights else 1.0
     for k, index in enumerate(s.stage_layer_indices[stage]):
         lf = layer_cache.get(index)
         if lf is None:
             lf = layer_cache[index] = _layer_forward(s, index)
-        parts["compute_gemm"] += 3 * lf["gemm"]
+        parts["compute_gemm"] += (2 + wgrad) * lf["gemm"]
         parts["compute_attention"] += 3.5 * lf["attn"]  # flash backward ~2.5x forward
         parts["compute_elementwise"] += 3 * lf["elem"]
         parts["tp_comm"] += 2 * lf["tp"]
         parts["cp_comm"] += lf["cp"] + lf["cp_bwd"]
         parts["ep_comm"] += 2 * lf["ep"]
         layer_fwd = lf["gemm"] + lf["attn"] + lf["elem"] + lf["tp"] + lf["cp"] + lf["ep"]
-        flops += 3 * (lf["gemm_flops"] + lf["attn_flops"])
+        flops += (2 + wgrad) * lf["gemm_flops"] + 3 * lf["attn_flops"]
         fwd += layer_fwd
-        bwd += 2 * (lf["gemm"] + lf["elem"] + lf["tp"] + lf["ep"]) + 2.5 * lf["attn"] + lf["cp_bwd"]
+        bwd += (1 + wgrad) * lf["gemm"] + 2 * (lf["elem"] + lf["tp"] + lf["ep"]) + 2.5 * lf["attn"] + lf["cp_bwd"]
         if k < n_recomputed:
             parts["recompute"] += layer_fwd
             flops += lf["gemm_flops"] + lf["attn_flops"]
@@ -122,16 +128,18 @@ def _stage_microbatch(s: Setup, stage: int, layer_cache: dict[int, dict[str, flo
     if stage == p.pp - 1:
         g = logits_gemm(s.model, s.tokens_per_microbatch, p.tp)
         t_logits = gemm_seconds(g.m, g.n, g.k, tr.precision.gemm_dtype, s.cluster.gpu, prm)
-        parts["compute_gemm"] += 3 * t_logits
+        parts["compute_gemm"] += (2 + wgrad) * t_logits
         parts["compute_elementwise"] += 3 * _hbm_seconds(s, 4 * 3 * s.tokens_per_microbatch * s.model.vocab_size / p.tp)
-        flops += 3 * g.flops
+        flops += (2 + wgrad) * g.flops
         fwd += t_logits
-        bwd += 2 * t_logits
+        bwd += (1 + wgrad) * t_logits
     if p.pp > 1:
         msg = tr.activation_bytes * s.tokens_per_microbatch * s.model.hidden_size / s.sp_divisor
         pp_group = s.group("pp")
         hop = collective_seconds(Collective.send_recv, msg, Group(2, min(2, pp_group.per_node), 1 if pp_group.nodes == 1 else 2), s.cluster, prm)
-        parts["pp_comm"] = 2 * p.vpp * hop
+        # one activation send and one gradient send per micro-batch on the critical path; the
+        # interleaved schedule's extra chunk boundaries overlap with compute (Megatron overlap_p2p_comm)
+        parts["pp_comm"] = 2 * hop
     if p.zero == 3:
         parts["fsdp_comm"] = _fsdp_exposed(s, stage, sum(parts.values()))
     return parts, flops, {"fwd": fwd, "bwd": bwd}
@@ -156,7 +164,7 @@ def _dp_exposed(s: Setup, stage: int, fwd: float, bwd: float) -> float:
     (Megatron --overlap-grad-reduce); ZeRO-1/2 add the parameter AllGather (overlapped with
     the next step's first forward)."""
     p, tr, prm = s.plan, s.training, s.params
-    if p.zero == 3 or s.dp * p.cp == 1:
+    if p.zero == 3 or s.dp * p.cp == 1 or tr.frozen_weights:
         return 0.0
     dense, routed = stage_params(s, stage)
     ov = prm.comm.dp_overlap
@@ -174,6 +182,8 @@ def _dp_exposed(s: Setup, stage: int, fwd: float, bwd: float) -> float:
 
 
 def _optimizer_seconds(s: Setup, stage: int) -> float:
+    if s.training.frozen_weights:
+        return 0.0
     dense, routed = stage_params(s, stage)
     if s.plan.zero >= 1:
         dense, routed = dense / s.zero_shard, routed / max(1, s.expert_dp)
@@ -218,7 +228,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, pla
         reasons.append(f"tp={p.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")
 
     tokens = training.tokens_per_step
-    model_flops = model_flops_per_token(model, training.seq_len) * tokens
+    model_flops = model_flops_per_token(model, training.seq_len, frozen_weights=training.frozen_weights) * tokens
     hw_flops = m * s.dp * p.cp * p.tp * sum(f for _, f, _ in stages)
     peak = cluster.gpu.peak_flops_per_second(training.precision.gemm_dtype) * cluster.num_gpus
     tps = tokens / step

@@ -34,17 +34,19 @@ class CommParams(_Strict):
     nvlink_efficiency: float = Field(gt=0, le=1, description="Achieved / peak NVLink bus bandwidth at large messages")
     pcie_efficiency: float = Field(gt=0, le=1, description="Achieved / peak PCIe bandwidth")
     network_efficiency: float = Field(gt=0, le=1, description="Achieved / peak NIC bandwidth at large messages")
-    half_bandwidth_bytes: float = Field(gt=0, description="Message size at which achieved bandwidth is half its large-message value")
+    half_bandwidth_bytes: float = Field(gt=0, description="Collective message size at which achieved bus bandwidth is half its large-message value")
+    p2p_half_bandwidth_bytes: float = Field(gt=0, description="Point-to-point message size at which achieved bandwidth is half its large-message value")
     sharp_speedup: float = Field(ge=1, description="AllReduce bus-bandwidth gain with (NVLink or IB) SHARP")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of the last micro-batch's backward that can hide DP gradient reduction")
     zero3_overlap: float = Field(ge=0, le=1, description="Fraction of compute that can hide ZeRO-3 per-layer gathers")
-    tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs")
+    tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs when the plan overlaps them (tp_overlap)")
     ep_overlap: float = Field(ge=0, le=1, description="Fraction of EP AllToAll time hidden")
 
 
 class MemoryParams(_Strict):
     hbm_efficiency: float = Field(gt=0, le=1, description="Achieved / peak HBM bandwidth for element-wise kernels")
     elementwise_bytes_per_token_per_hidden: float = Field(ge=0, description="Forward HBM bytes per token per hidden unit of one layer's norms, residuals, activations (bf16)")
+    low_precision_cast_bytes_per_element: float = Field(ge=0, description="HBM bytes per GEMM input element to cast bf16 to fp8/fp4 (read 2, write 1)")
     reserve_bytes: float = Field(ge=0, description="CUDA context, NCCL and allocator reserve per GPU, bytes")
     fragmentation: float = Field(ge=0, lt=1, description="Allocator fragmentation, fraction of allocated bytes")
     optimizer_bytes_moved_per_param: float = Field(ge=0, description="HBM bytes read+written per parameter by the Adam step")

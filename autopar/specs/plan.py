@@ -83,6 +83,7 @@ class Plan(BaseModel):
     recompute: Recompute = Field(Recompute.none, description="none | selective | full")
     recompute_num_layers: int | None = Field(None, gt=0, description="With full recompute: layers per stage recomputed; null = all")
     sp: bool | None = Field(None, description="Sequence parallel; null = on when tp > 1")
+    tp_overlap: bool | None = Field(None, description="Overlap TP/SP collectives with GEMMs (Megatron --tp-comm-overlap, needs sp); null = on with sp")
     schedule: Schedule | None = Field(None, description="Pipeline schedule; null = interleaved when vpp > 1, else 1f1b")
     cp_algo: CpAlgo = Field(CpAlgo.ring, description="ring | ulysses | hybrid")
     order: RankOrder = Field(RankOrder.tp_cp_ep_dp_pp, description="Rank order, fastest-varying first")
@@ -99,12 +100,18 @@ class Plan(BaseModel):
             raise ValueError(f"vpp={self.vpp} needs schedule=interleaved, got {self.schedule.value}")
         if self.sp and self.tp == 1:
             raise ValueError("sp=on needs tp > 1 (Megatron turns it off at tp=1)")
+        if self.tp_overlap and not self.sequence_parallel:
+            raise ValueError("tp_overlap=on needs sequence parallel (Megatron: --tp-comm-overlap requires --sequence-parallel)")
         return self
 
     # ---- resolved values -------------------------------------------------------------
     @property
     def sequence_parallel(self) -> bool:
         return self.tp > 1 if self.sp is None else self.sp
+
+    @property
+    def tp_comm_overlap(self) -> bool:
+        return self.sequence_parallel if self.tp_overlap is None else self.tp_overlap
 
     @property
     def expert_tp(self) -> int:
@@ -166,6 +173,8 @@ class Plan(BaseModel):
             parts.append(f"etp={self.etp}")
         parts += [f"vpp={self.vpp}", f"mbs={self.mbs}", f"zero={self.zero}", f"recompute={self.recompute.value}"]
         parts.append(f"sp={'on' if self.sequence_parallel else 'off'}")
+        if self.tp > 1 and self.tp_comm_overlap != self.sequence_parallel:
+            parts.append(f"tp_overlap={'on' if self.tp_comm_overlap else 'off'}")
         parts.append(f"schedule={self.pipeline_schedule.value}")
         if self.cp > 1:
             parts.append(f"cp_algo={self.cp_algo.value}")
@@ -211,9 +220,9 @@ def parse_plan(text: str, **overrides: Any) -> Plan:
             raise InputError("plan", key, f"unknown key; known: {', '.join(Plan.model_fields)}")
         if key in fields:
             raise InputError("plan", key, "given twice")
-        if key == "sp":
+        if key in ("sp", "tp_overlap"):
             if value.lower() not in _BOOL:
-                raise InputError("plan.sp", value, "must be on or off")
+                raise InputError(f"plan.{key}", value, "must be on or off")
             fields[key] = _BOOL[value.lower()]
         else:
             fields[key] = value

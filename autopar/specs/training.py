@@ -43,6 +43,11 @@ class TrainingSpec(BaseModel):
     )
     grad_reduce_bytes_per_param: float = Field(2.0, gt=0, description="Bytes per gradient on the wire in the DP reduction")
     activation_bytes: float = Field(2.0, gt=0, description="Bytes per activation element (bf16 = 2)")
+    frozen_weights: bool = Field(
+        False,
+        description="LoRA/adapter fine-tuning: base weights frozen, so no weight-gradient GEMMs, "
+        "no gradients or optimizer states for them and no DP gradient reduction",
+    )
     flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")
