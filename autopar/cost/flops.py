@@ -143,5 +143,11 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
     return out
 
 
+def activation_message_bytes(tokens: float, hidden_size: int, bytes_per_element: float) -> float:
+    """One hidden-state tensor of `tokens` tokens: the TP AllReduce / PP send payload
+    (seed 000 'Тензорный параллелизм': 4 x 2048 x 4096 x 2 B = 67 MB)."""
+    return tokens * hidden_size * bytes_per_element
+
+
 def logits_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
     return Gemm("logits", tokens, model.vocab_size / tp, model.hidden_size)

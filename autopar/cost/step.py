@@ -9,7 +9,7 @@ Step = pipeline(m x critical stage per-micro-batch time + fill/drain) + exposed 
 from __future__ import annotations
 
 from autopar.cost.comm import Collective, Group, collective_seconds
-from autopar.cost.flops import attention_core_flops_per_token, layer_gemms, layer_params, logits_gemm, model_flops_per_token
+from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms, layer_params, logits_gemm, model_flops_per_token
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import memory_breakdown, recomputed_layers, stage_params
 from autopar.cost.pipeline import bubble_fraction, pipeline_seconds
@@ -58,9 +58,10 @@ def _layer_forward(s: Setup, index: int) -> dict[str, float]:
     out["elem"] = _hbm_seconds(s, elem_bytes + cast_bytes / 3)  # x3 below: fwd + bwd share the casts
     # TP / SP: two AllReduce (or AllGather + ReduceScatter pairs) of B T h per layer
     tp_op = Collective.all_gather if p.sequence_parallel else Collective.all_reduce
-    tp_one = collective_seconds(tp_op, B * T * m.hidden_size, s.group("tp"), s.cluster, prm)
+    message = activation_message_bytes(T, m.hidden_size, B)
+    tp_one = collective_seconds(tp_op, message, s.group("tp"), s.cluster, prm)
     if p.sequence_parallel:
-        tp_one += collective_seconds(Collective.reduce_scatter, B * T * m.hidden_size, s.group("tp"), s.cluster, prm)
+        tp_one += collective_seconds(Collective.reduce_scatter, message, s.group("tp"), s.cluster, prm)
     out["tp"] = 2 * tp_one * (1 - (prm.comm.tp_overlap if p.tp_comm_overlap else 0.0))
     out["cp"], out["cp_bwd"] = _cp_exposed(s, out["attn"])
     if m.is_moe_layer(index) and p.ep > 1:
@@ -134,7 +135,7 @@ def _stage_microbatch(s: Setup, stage: int, layer_cache: dict[int, dict[str, flo
         fwd += t_logits
         bwd += (1 + wgrad) * t_logits
     if p.pp > 1:
-        msg = tr.activation_bytes * s.tokens_per_microbatch * s.model.hidden_size / s.sp_divisor
+        msg = activation_message_bytes(s.tokens_per_microbatch, s.model.hidden_size, tr.activation_bytes) / s.sp_divisor
         pp_group = s.group("pp")
         hop = collective_seconds(Collective.send_recv, msg, Group(2, min(2, pp_group.per_node), 1 if pp_group.nodes == 1 else 2), s.cluster, prm)
         # one activation send and one gradient send per micro-batch on the critical path; the

@@ -1,0 +1,347 @@
+"""Megatron-LM: a torchrun launch script for pretrain_gpt.py.
+
+Flag names and defaults: shared/reference/launchers.md section 1 (Megatron-LM d98e8a64,
+2026-08-22). VPP is set with --num-virtual-stages-per-pipeline-rank (there is no
+--virtual-pipeline-model-parallel-size flag); uneven stages use
+--decoder-first/last-pipeline-num-layers, or a --pipeline-model-parallel-layout string when the
+middle stages differ or the end stages do not divide by VPP.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from autopar.emit.common import Artefact, EmitJob, Rules, comment_block, header_lines, uneven_first_last
+from autopar.emit.megatron_rules import validate_megatron
+from autopar.specs.model import ModelSpec
+from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
+from autopar.specs.training import Precision
+
+FRAMEWORK = "megatron"
+SCRIPT = "launch_megatron.sh"
+
+# plan.cp_algo -> --cp-comm-type (values passed verbatim to Transformer Engine; launchers.md 1.1)
+CP_COMM_TYPE = {CpAlgo.ring: "p2p", CpAlgo.ulysses: "a2a", CpAlgo.hybrid: "a2a+p2p"}
+# ZeRO 2/3 -> Megatron-FSDP sharding strategy (launchers.md 1.2 --data-parallel-sharding-strategy)
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+Group = list[str]
+Section = tuple[str, list[Group]]
+
+
+def uses_megatron_fsdp(plan: Plan) -> bool:
+    return plan.zero >= 2
+
+
+def needs_max_connections_1(job: EmitJob) -> bool:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 is required with tp or cp > 1 before Blackwell (compute
+    capability < 10), except under FSDP, which asserts it is NOT 1 (megatron validate_args)."""
+    plan = job.plan
+    return (plan.tp > 1 or plan.cp > 1) and job.cluster.gpu.compute_capability < 10 and not uses_megatron_fsdp(plan)
+
+
+def hierarchical_cp_sizes(job: EmitJob) -> tuple[int, int]:
+    """Hybrid CP: Ulysses (a2a) inside the node, ring (p2p) across nodes. The a2a size is the
+    largest divisor of cp whose tp * a2a ranks fit in one node."""
+    cp, tp, node = job.plan.cp, job.plan.tp, job.cluster.gpus_per_node
+    a2a = max(d for d in range(1, cp + 1) if cp % d == 0 and tp * d <= max(node, tp))
+    return a2a, cp // a2a
+
+
+def stage_layout_string(stages: list[int], vpp: int) -> str:
+    """A --pipeline-model-parallel-layout string: pp*vpp stages in virtual order (all pp ranks'
+    chunk 0, then chunk 1, ...), E = embedding first, L = loss last, t*n = n decoder layers."""
+    pp = len(stages)
+    chunks = [[n // vpp + (1 if v < n % vpp else 0) for v in range(vpp)] for n in stages]
+    parts = []
+    for v in range(vpp):
+        for p in range(pp):
+            text = f"t*{chunks[p][v]}" if chunks[p][v] > 1 else "t" * chunks[p][v]
+            if v == 0 and p == 0:
+                text = "E" + text
+            if v == vpp - 1 and p == pp - 1:
+                text += "L"
+            parts.append(text)
+    return "|".join(parts)
+
+
+def _layout_flags(job: EmitJob) -> list[Group]:
+    plan, layers = job.plan, job.model.num_layers
+    stages = plan.layers_per_stage(layers)
+    try:
+        ends = uneven_first_last(stages)
+    except ValueError:
+        return [["--pipeline-model-parallel-layout", stage_layout_string(stages, plan.vpp)]]
+    if ends is not None and (ends[0] % plan.vpp or ends[1] % plan.vpp or stages[1 % len(stages)] % plan.vpp):
+        return [["--pipeline-model-parallel-layout", stage_layout_string(stages, plan.vpp)]]
+    out: list[Group] = []
+    if plan.vpp > 1:
+        out.append(["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)])
+    if ends is not None:
+        out.append(["--decoder-first-pipeline-num-layers", str(ends[0])])
+        out.append(["--decoder-last-pipeline-num-layers", str(ends[1])])
+    return out
+
+
+def parallel_flags(job: EmitJob) -> list[Group]:
+    plan, model = job.plan, job.model
+    out: list[Group] = [
+        ["--tensor-model-parallel-size", str(plan.tp)],
+        ["--pipeline-model-parallel-size", str(plan.pp)],
+        ["--context-parallel-size", str(plan.cp)],
+    ]
+    if plan.cp > 1:
+        out.append(["--cp-comm-type", CP_COMM_TYPE[plan.cp_algo]])
+        if plan.cp_algo == CpAlgo.hybrid:
+            out.append(["--hierarchical-context-parallel-sizes", *map(str, hierarchical_cp_sizes(job))])
+    if model.is_moe or plan.ep > 1:
+        out.append(["--expert-model-parallel-size", str(plan.ep)])
+        out.append(["--expert-tensor-parallel-size", str(plan.expert_tp)])
+    if plan.sequence_parallel:
+        out.append(["--sequence-parallel"])
+    if plan.pp > 1:
+        out += _layout_flags(job)
+    if plan.order == RankOrder.tp_cp_ep_pp_dp:
+        out.append(["--use-tp-pp-dp-mapping"])
+    return out
+
+
+def batch_flags(job: EmitJob) -> list[Group]:
+    t = job.training
+    return [
+        ["--micro-batch-size", str(job.plan.mbs)],
+        ["--global-batch-size", str(t.global_batch_size)],
+        ["--seq-length", str(t.seq_len)],
+        ["--max-position-embeddings", str(max_position_embeddings(job.model, t.seq_len))],
+    ]
+
+
+def precision_flags(job: EmitJob) -> list[Group]:
+    t, blackwell = job.training, job.cluster.gpu.compute_capability >= 10
+    out: list[Group] = [["--fp16"]] if t.precision == Precision.fp16 else [["--bf16"]]
+    if t.precision == Precision.fp8:
+        if blackwell:  # MXFP8 block scaling on Blackwell
+            out.append(["--fp8-format", "e4m3"])
+            out.append(["--fp8-recipe", "mxfp8"])
+        else:  # as in Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh (launchers.md 1.5)
+            out += [["--fp8-format", "hybrid"], ["--fp8-recipe", "delayed"],
+                    ["--fp8-amax-history-len", "1024"], ["--fp8-amax-compute-algo", "max"]]
+    elif t.precision == Precision.fp4:
+        out += [["--fp4-format", "e2m1"], ["--fp4-recipe", "nvfp4"]]
+    # Gradient reduction dtype: bf16 runs reduce in fp32 unless --grad-reduce-in-bf16 (1.4 Precision);
+    # fp16 runs reduce in fp16 unless --accumulate-allreduce-grads-in-fp32.
+    if t.precision == Precision.fp16:
+        if t.grad_reduce_bytes_per_param >= 4:
+            out.append(["--accumulate-allreduce-grads-in-fp32"])
+    elif t.grad_reduce_bytes_per_param < 4:
+        out.append(["--grad-reduce-in-bf16"])
+    return out
+
+
+def recompute_flags(job: EmitJob) -> list[Group]:
+    plan = job.plan
+    if plan.recompute == Recompute.selective:
+        return [["--recompute-granularity", "selective"]]
+    if plan.recompute == Recompute.full:
+        if plan.recompute_num_layers is None:  # every layer its own checkpoint
+            return [["--recompute-granularity", "full"], ["--recompute-method", "uniform"], ["--recompute-num-layers", "1"]]
+        # block: the first N layers of each model chunk; the plan counts layers per stage
+        per_chunk = max(1, plan.recompute_num_layers // plan.vpp)
+        return [["--recompute-granularity", "full"], ["--recompute-method", "block"], ["--recompute-num-layers", str(per_chunk)]]
+    return []
+
+
+def optimizer_flags(job: EmitJob) -> list[Group]:
+    plan = job.plan
+    out: list[Group] = []
+    if uses_megatron_fsdp(plan):
+        out += [["--use-megatron-fsdp"], ["--data-parallel-sharding-strategy", FSDP_STRATEGY[plan.zero]],
+                ["--ckpt-format", "fsdp_dtensor"]]
+    elif plan.zero == 1:
+        out += [["--use-distributed-optimizer"], ["--ckpt-format", "torch_dist"]]
+    out.append(["--overlap-grad-reduce"])
+    if plan.zero >= 1:
+        out.append(["--overlap-param-gather"])
+    if plan.zero >= 1 and plan.zero_shard_size is not None:
+        instances = (job.dp * plan.cp) // plan.zero_shard_size
+        if instances > 1:
+            out.append(["--num-distributed-optimizer-instances", str(instances)])
+    return out
+
+
+def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
+    """RoPE models (gated MLP here) only size a cache, so raise it to seq_len; learned absolute
+    embeddings are parameters, so keep the model's value and let the validator refuse."""
+    if model.max_position_embeddings is None:
+        return seq_len
+    return max(model.max_position_embeddings, seq_len) if model.gated_mlp else model.max_position_embeddings
+
+
+def model_flags(job: EmitJob) -> list[Group]:
+    m = job.model
+    out: list[Group] = [
+        ["--num-layers", str(m.num_layers)],
+        ["--hidden-size", str(m.hidden_size)],
+        ["--ffn-hidden-size", str(m.ffn_hidden_size)],
+        ["--num-attention-heads", str(m.num_attention_heads)],
+    ]
+    if m.mla is None:
+        out.append(["--kv-channels", str(m.head_size)])
+        if m.kv_heads < m.num_attention_heads:
+            out.append(["--group-query-attention"])
+            out.append(["--num-query-groups", str(m.kv_heads)])
+    if m.gated_mlp:  # Llama-family conventions (ModelSpec does not carry norm/position types)
+        out += [["--swiglu"], ["--normalization", "RMSNorm"], ["--position-embedding-type", "rope"]]
+    if m.gated_mlp or m.is_moe:
+        out.append(["--disable-bias-linear"])
+    if not m.tied_embeddings:
+        out.append(["--untie-embeddings-and-output-weights"])
+    if not m.dropout:
+        out += [["--attention-dropout", "0.0"], ["--hidden-dropout", "0.0"]]
+    if not job.training.flash_attention:
+        out.append(["--attention-backend", "unfused"])
+    return out
+
+
+def moe_layer_freq(m: ModelSpec) -> str:
+    if m.moe_first_k_dense_layers == 0:
+        return str(m.moe_layer_freq)
+    flags = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+
+
+def moe_flags(job: EmitJob) -> list[Group]:
+    m, plan = job.model, job.plan
+    if not m.is_moe:
+        return []
+    out: list[Group] = [
+        ["--num-experts", str(m.num_experts)],
+        ["--moe-router-topk", str(m.moe_top_k)],
+        ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)],
+        ["--moe-layer-freq", moe_layer_freq(m)],
+    ]
+    if m.moe_shared_expert_ffn_size:
+        out.append(["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_ffn_size)])
+    if m.moe_top_k == 1:  # topk 1 with softmax scoring needs pre-softmax (1.4 MoE)
+        out.append(["--moe-router-pre-softmax"])
+    if job.training.precision != Precision.fp16:  # grouped GEMM is bf16-only
+        out.append(["--moe-grouped-gemm"])
+    out.append(["--moe-token-dispatcher-type", "alltoall" if plan.ep > 1 else "allgather"])
+    return out
+
+
+def mla_flags(job: EmitJob) -> list[Group]:
+    mla = job.model.mla
+    if mla is None:
+        return []
+    out: list[Group] = [["--multi-latent-attention"]]
+    if mla.q_lora_rank is not None:
+        out.append(["--q-lora-rank", str(mla.q_lora_rank)])
+    out += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
+            ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
+    return out
+
+
+def megatron_sections(job: EmitJob) -> list[Section]:
+    sections: list[Section] = [
+        ("parallelism", parallel_flags(job)),
+        ("batch and sequence", batch_flags(job)),
+        ("precision", precision_flags(job)),
+        ("activation recompute", recompute_flags(job)),
+        ("optimizer sharding and overlap", optimizer_flags(job)),
+        ("model shape", model_flags(job)),
+        ("mixture of experts", moe_flags(job)),
+        ("multi-latent attention", mla_flags(job)),
+    ]
+    return [(name, groups) for name, groups in sections if groups]
+
+
+def megatron_argv(job: EmitJob) -> list[str]:
+    return [tok for _, groups in megatron_sections(job) for group in groups for tok in group]
+
+
+def megatron_env(job: EmitJob) -> dict[str, str]:
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if needs_max_connections_1(job) else {}
+
+
+def check_megatron(job: EmitJob) -> Rules:
+    """Plan features Megatron-LM cannot express, then its own rules on the emitted argv."""
+    rules = Rules(FRAMEWORK)
+    schedule = job.plan.pipeline_schedule
+    rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
+                f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",
+                "megatron/core/pipeline_parallel/schedules.py")
+    n = job.plan.recompute_num_layers
+    if job.plan.recompute == Recompute.full and n is not None:
+        rules.check(n % job.plan.vpp == 0, "recompute-num-layers per model chunk",
+                    f"block recompute counts layers per virtual stage: recompute_num_layers({n}) must divide by vpp({job.plan.vpp})")
+    validate_megatron(megatron_argv(job), job.num_gpus, megatron_env(job), job.cluster.gpu.compute_capability, rules)
+    return rules
+
+
+def _render_sections(sections: list[Section], indent: str = "  ") -> str:
+    lines = []
+    for name, groups in sections:
+        lines.append(f"{indent}# {name}")
+        lines += [indent + " ".join(shlex.quote(tok) for tok in group) for group in groups]
+    return "\n".join(lines)
+
+
+def render_script(job: EmitJob) -> str:
+    c, m = job.cluster, job.model
+    notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
+             "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size."]
+    env = megatron_env(job)
+    env_lines = [f"export {k}={v}  # tp or cp > 1 on compute capability < 10 (Megatron validate_args)" for k, v in env.items()]
+    if uses_megatron_fsdp(job.plan):
+        env_lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1")
+    return f"""#!/usr/bin/env bash
+{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
+set -euo pipefail
+
+MEGATRON_LM=${{MEGATRON_LM:-/opt/megatron-lm}}
+NNODES=${{NNODES:-{c.num_nodes}}}
+GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
+NODE_RANK=${{NODE_RANK:-0}}
+MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
+MASTER_PORT=${{MASTER_PORT:-29500}}
+if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
+  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
+  exit 1
+fi
+{chr(10).join(env_lines)}
+
+MEGATRON_ARGS=(
+{_render_sections(megatron_sections(job))}
+)
+
+if [ -n "${{DATA_PATH:-}}" ]; then
+  DATA_ARGS=(--data-path "$DATA_PATH" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "${{TOKENIZER_MODEL:?set TOKENIZER_MODEL}}")
+else
+  DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer --vocab-size {m.vocab_size})
+fi
+TRAIN_ARGS=(
+  --train-iters "${{TRAIN_ITERS:-1000}}"
+  --lr "${{LR:-3.0e-4}}" --min-lr "${{MIN_LR:-3.0e-5}}" --lr-decay-style cosine --lr-warmup-iters "${{WARMUP_ITERS:-100}}"
+  --weight-decay 0.1 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
+  --log-interval 1
+)
+if [ -n "${{CKPT_DIR:-}}" ]; then
+  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-500}}")
+fi
+
+exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\
+  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\
+  "$MEGATRON_LM/pretrain_gpt.py" "${{MEGATRON_ARGS[@]}}" "${{DATA_ARGS[@]}}" "${{TRAIN_ARGS[@]}}" "$@"
+"""
+
+
+def emit_megatron(job: EmitJob) -> list[Artefact]:
+    check_megatron(job).refuse_if_any(job.plan.text())
+    return [Artefact(SCRIPT, render_script(job), executable=True)]
