@@ -102,6 +102,16 @@ class Rules:
             raise RuleViolation(self.framework, plan_text, self.found)
 
 
+def check_common(job: EmitJob, rules: Rules) -> None:
+    """Checks every emitter makes before its framework's own rules."""
+    rules.check(not job.training.frozen_weights, "pretraining only",
+                "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
+    try:
+        job.plan.data_parallel(job.num_gpus)
+    except InputError as exc:
+        rules.check(False, "tp * cp * pp * dp == GPUs", exc.rule)
+
+
 def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[str]:
     """The header every artefact carries (without comment markers)."""
     est, model, cluster, training = job.estimate, job.model, job.cluster, job.training
@@ -159,6 +169,7 @@ def canonical_plan(plan: Plan, model: ModelSpec, num_gpus: int) -> Plan:
         "dp": dp,
         "etp": None if plan.expert_tp == plan.tp else plan.etp,
         "sp": plan.sequence_parallel,
+        "tp_overlap": plan.tp_comm_overlap and plan.tp > 1,
         "schedule": plan.pipeline_schedule,
         "first_stage_layers": first,
         "last_stage_layers": last,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from autopar.emit.common import Artefact, EmitJob, Rules, comment_block, header_lines, uneven_first_last
+from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, uneven_first_last
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
@@ -99,6 +99,8 @@ def parallel_flags(job: EmitJob) -> list[Group]:
         out.append(["--expert-tensor-parallel-size", str(plan.expert_tp)])
     if plan.sequence_parallel:
         out.append(["--sequence-parallel"])
+    if plan.tp > 1 and plan.tp_comm_overlap:  # TE userbuffers GEMM/collective overlap; needs SP
+        out.append(["--tp-comm-overlap"])
     if plan.pp > 1:
         out += _layout_flags(job)
     if plan.order == RankOrder.tp_cp_ep_pp_dp:
@@ -273,6 +275,7 @@ def megatron_env(job: EmitJob) -> dict[str, str]:
 def check_megatron(job: EmitJob) -> Rules:
     """Plan features Megatron-LM cannot express, then its own rules on the emitted argv."""
     rules = Rules(FRAMEWORK)
+    check_common(job, rules)
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",

@@ -1,0 +1,64 @@
+"""`autopar estimate` through click's CliRunner: JSON contract and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+
+BASE = ["estimate", "--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "1024", "--seq-len", "8192"]
+
+
+def run(args):
+    return CliRunner().invoke(main, args)
+
+
+def test_json_has_the_contract_keys():
+    r = run(BASE + ["--global-batch-tokens", "16M", "--plan", "tp=8,pp=4,vpp=5,recompute=selective", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("feasible", "reasons", "step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
+                "model_tflops_per_gpu", "mfu", "hfu", "memory_bytes_per_gpu", "memory_breakdown", "time_breakdown", "bottleneck"):
+        assert key in out
+    assert out["num_microbatches"] == 2048 // 32  # 16M tokens = 2048 x 8192; dp = 1024 / 32
+    assert sum(out["time_breakdown"].values()) == pytest.approx(out["step_seconds"])
+    # tokens/s = 16,777,216 tokens / step
+    assert out["tokens_per_second"] == pytest.approx(2048 * 8192 / out["step_seconds"])
+
+
+def test_table_output():
+    r = run(BASE + ["--global-batch", "2048", "--plan", "tp=8,pp=4,vpp=5"])
+    assert r.exit_code == 0
+    assert "time per step" in r.output and "memory per GPU" in r.output and "bottleneck" in r.output
+
+
+def test_infeasible_plan_reports_memory():
+    r = run(["estimate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch", "8",
+             "--plan", "tp=8,recompute=none", "--json"])
+    out = json.loads(r.output)
+    assert r.exit_code == 0 and not out["feasible"]
+    assert out["reasons"][0].startswith("memory: needs")
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--model", "nope", "--cluster", "dgx-h100", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "unknown model 'nope'"),
+        (["--model", "llama3-8b", "--cluster", "nope", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "unknown cluster 'nope'"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=4,dp=4"], "!= GPUs(8)"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=4,oops"], "expected key=value"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "-1", "--global-batch", "8", "--plan", "tp=8"], "seq-len=-1"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "-8", "--plan", "tp=8"], "global-batch=-8"),
+        (["--model", "/no/such/config.json", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=8"], "cannot read file"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "12", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=4"], "gpus=12"),
+        (["--model", "llama3-8b", "--cluster", "dgx-a100", "--seq-len", "4096", "--global-batch", "8", "--precision", "fp8", "--plan", "tp=8"], "no fp8"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(args, fragment):
+    r = run(["estimate", *args])
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], r.output

@@ -1,0 +1,72 @@
+"""Plan text form, defaults, stage layouts and structural rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopar.cost.rules import plan_violations
+from autopar.errors import InputError
+from autopar.specs import TrainingSpec, load_cluster, load_model, parse_plan
+from autopar.specs.plan import Recompute, Schedule
+
+
+def test_issue_example_round_trips():
+    text = "tp=8,pp=16,dp=128,cp=1,ep=1,etp=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,schedule=1f1b,cp_algo=ring"
+    p = parse_plan(text)
+    assert (p.tp, p.pp, p.dp, p.recompute, p.sequence_parallel, p.pipeline_schedule) == (8, 16, 128, Recompute.selective, True, Schedule.one_f_one_b)
+    assert parse_plan(p.text()) == p
+
+
+def test_defaults_and_derived_dp():
+    p = parse_plan("tp=4,pp=2")
+    assert p.data_parallel(64) == 8 and p.vpp == 1 and p.zero == 1 and p.sequence_parallel
+    assert parse_plan("tp=2,pp=2,vpp=3").pipeline_schedule == Schedule.interleaved
+
+
+def test_llama3_405b_uneven_stages():
+    # 126 layers on 16 stages: one layer fewer on the first and last (Dubey et al. 2024, sec 3.3.2)
+    assert parse_plan("pp=16").layers_per_stage(126) == [7] + [8] * 14 + [7]
+    assert parse_plan("pp=4,first=5,last=5").layers_per_stage(30) == [5, 10, 10, 5]
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("tp=8,,pp=x", "plan.pp"),
+        ("tp", "plan"),
+        ("tp=8,tp=4", "plan"),
+        ("sp=maybe", "plan.sp"),
+        ("zero=4", "plan.zero"),
+        ("tp=0", "plan.tp"),
+        ("vpp=2", "plan"),
+        ("recompute=some", "plan.recompute"),
+    ],
+)
+def test_malformed_plan_names_the_field(text, field):
+    with pytest.raises(InputError) as err:
+        parse_plan(text)
+    assert err.value.field == field
+
+
+def test_product_must_match_gpus():
+    with pytest.raises(InputError, match=r"tp\(8\) \* cp\(1\) \* pp\(4\) \* dp\(4\) = 128 != GPUs\(64\)"):
+        parse_plan("tp=8,pp=4,dp=4").data_parallel(64)
+
+
+@pytest.mark.parametrize(
+    "plan, seq, batch, message",
+    [
+        ("tp=3", 4096, 64, "must divide num_attention_heads"),
+        ("tp=2,cp=2", 4098, 64, "must divide by 2\\*cp"),
+        ("tp=1,pp=2,zero=3", 4096, 64, "ZeRO-2/3 with pp > 1"),
+        ("tp=1,ep=2", 4096, 64, "needs a MoE model"),
+        ("tp=2,pp=2,vpp=2", 4096, 6, "micro-batches"),
+        ("tp=1,mbs=3", 4096, 64, "must divide by dp"),
+    ],
+)
+def test_structural_rules(plan, seq, batch, message):
+    cluster = load_cluster("dgx-h100")
+    if plan == "tp=3":
+        cluster = cluster.with_gpus(3)
+    broken = plan_violations(load_model("llama3-8b"), cluster, TrainingSpec(seq_len=seq, global_batch_size=batch), parse_plan(plan))
+    assert any(__import__("re").search(message, rule) for _, _, rule in broken), broken

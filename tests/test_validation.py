@@ -1,0 +1,68 @@
+"""`autopar validate` on the development set of published runs (shared/validation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.validation import predict_row, validate_runs
+
+DEV_RUNS = Path(__file__).parent / "data" / "dev_runs.json"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate_runs(DEV_RUNS)
+
+
+def test_predicts_every_row(report):
+    # 98 rows, each with a layout and a measurement: none may be skipped
+    assert report["summary"]["num_rows"] == 98
+    assert report["summary"]["num_skipped"] == 0
+
+
+def test_accuracy_targets(report):
+    # issue 2: overall MAPE <= 15% and no source group above 25%, one global set of defaults
+    s = report["summary"]
+    assert s["overall_mape"] <= 0.15
+    assert all(g["mape"] <= 0.25 for g in s["by_group"].values()), s["by_group"]
+
+
+def test_narayanan_flop_accounting_counts_recompute(report):
+    # Narayanan 2021 Table 1, GPT 1.7B: 137 TFLOP/s per GPU with eq. 3 (96 B s l h^2 (...)),
+    # i.e. 137e12 / (96 x 24 x 2304^2 x (1 + 2048/13824 + 51200/884736)) = 9,288 tokens/s per GPU
+    row = next(r for r in report["rows"] if r["id"] == "narayanan2021_table1-001")
+    assert row["measured_tokens_per_second_per_gpu"] == pytest.approx(9288, rel=0.001)
+
+
+def test_other_columns_and_skips():
+    base = {"id": "x", "source_group": "g", "model_name": "GPT 1B", "num_layers": 24, "hidden_size": 2048,
+            "num_attention_heads": 16, "seq_len": 2048, "num_gpus": 8, "global_batch_size": 64,
+            "gpu_normalized": "B200", "tp": 1, "pp": 1}
+    assert predict_row({**base, "step_time_s": 1.0}).metric == "step_time_s"
+    assert predict_row({**base, "gpu_normalized": "Ampere (unspecified; A100-class)", "samples_per_sec": 100}).metric == "samples_per_sec"
+    skipped = predict_row(base)
+    assert skipped.skipped and "no measured" in skipped.skipped
+    bad = predict_row({**base, "tp": 3, "step_time_s": 1.0})
+    assert bad.skipped and "tp" in bad.skipped
+
+
+def test_cli_json_shape(tmp_path):
+    rows = json.loads(DEV_RUNS.read_text())[:3]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(rows))
+    r = CliRunner().invoke(main, ["validate", str(path), "--json"])
+    out = json.loads(r.output)
+    assert r.exit_code == 0 and set(out) == {"rows", "summary"}
+    assert set(out["summary"]) >= {"overall_mape", "by_group", "num_rows", "num_skipped"}
+
+
+def test_cli_bad_file(tmp_path):
+    path = tmp_path / "runs.json"
+    path.write_text("{not json")
+    r = CliRunner().invoke(main, ["validate", str(path)])
+    assert r.exit_code == 1 and r.output.startswith("Error: runs=") and len(r.output.strip().splitlines()) == 1
