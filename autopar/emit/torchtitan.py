@@ -1,0 +1,219 @@
+"""torchtitan: a Python config module (--module/--config), its torchrun launcher with the
+equivalent --section.option overrides, and the v0.2.2 TOML job file for older installs.
+
+Names and rules: shared/reference/launchers.md section 3 (HEAD b5bcd76, 2026-08-21; v0.2.2).
+Released Python-config versions differ in the batch keys: HEAD counts tokens
+(num_tokens_per_microbatch_per_dp_rank, num_pp_microbatches), the 0.3.0 wheel still counts
+sequences (local_batch_size, pipeline_parallel_microbatch_size); the config module sets the
+form its torchtitan has. Stage split: pipeline_parallel_layers_per_stage with
+first/last_stage_less_layers reproduces the plan's stage layers exactly
+(torchtitan/distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autopar.emit.common import Artefact, EmitJob, Rules, check_common
+from autopar.emit.torchtitan_render import render_launcher, render_module, render_toml
+from autopar.specs.plan import CpAlgo, Recompute, Schedule
+from autopar.specs.training import Precision
+
+FRAMEWORK = "torchtitan"
+
+# autopar model name -> (torchtitan module, config_registry function, model flavor)
+MODELS = {
+    "llama3-8b": ("llama3", "llama3_8b", "8B"),
+    "llama3-70b": ("llama3", "llama3_70b", "70B"),
+    "llama3-405b": ("llama3", "llama3_405b", "405B"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+}
+SCHEDULES = {Schedule.one_f_one_b: "1F1B", Schedule.interleaved: "Interleaved1F1B", Schedule.gpipe: "GPipe"}
+AC_MODES = {Recompute.none: "none", Recompute.selective: "selective", Recompute.full: "full"}
+
+
+@dataclass
+class TitanConfig:
+    """The emitted settings, in torchtitan's names; one source for the three renderings."""
+
+    module: str
+    config: str
+    flavor: str
+    stock: bool
+    parallelism: dict = field(default_factory=dict)
+    batch_tokens: dict = field(default_factory=dict)  # HEAD: {"training": {...}, "parallelism": {...}}
+    batch_sequences: dict = field(default_factory=dict)  # 0.3.0 wheel and v0.2.2 TOML
+    training: dict = field(default_factory=dict)
+    training_python: dict = field(default_factory=dict)  # Python-config releases only (not in v0.2.2 TOML)
+    compile: dict = field(default_factory=dict)
+    activation_checkpoint: str = "selective"
+    float8: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def base_model(job: EmitJob) -> tuple[str, str, str, bool]:
+    if job.model.name in MODELS:
+        return (*MODELS[job.model.name], True)
+    m = job.model
+    if m.mla is not None:
+        return "deepseek_v3", "deepseek_v3_671b", "671B", False
+    if m.is_moe:
+        return "qwen3", "qwen3_30b_a3b", "30B-A3B", False
+    return "llama3", "llama3_8b", "8B", False
+
+
+def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
+    """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) giving the plan's
+    stage layers: torchtitan splits L + first_less + last_less evenly over pp*vpp virtual stages
+    and takes first_less/last_less off the first/last virtual stage."""
+    plan, layers = job.plan, job.model.num_layers
+    stages, vpp = plan.layers_per_stage(layers), plan.vpp
+    middle = stages[1:-1] or [max(stages)]
+    k = max(middle)
+    ok = len(set(middle)) == 1 and k % vpp == 0 and stages[0] <= k and stages[-1] <= k
+    chunk = k // vpp if ok else 0
+    ok = ok and k - stages[0] <= chunk and k - stages[-1] <= chunk
+    if not rules.check(ok, "stage split = layers_per_stage with first/last_stage_less_layers",
+                       f"stage layers {stages} with vpp={vpp} are not an even split less some layers on the end stages", "PP"):
+        return None
+    return chunk, k - stages[0], k - stages[-1]
+
+
+def plan_checks(job: EmitJob, rules: Rules) -> None:
+    plan, t = job.plan, job.training
+    rules.check(t.precision in (Precision.bf16, Precision.fp8), "precision in {bf16, fp8}",
+                f"precision={t.precision.value}: mixed_precision_param is bfloat16|float32; autopar maps fp8 to the Float8 converter only", "TT")
+    rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ring, "context parallel is ring attention",
+                f"cp_algo={plan.cp_algo.value}: torchtitan's ParallelismConfig has no Ulysses all-to-all", "TT")
+    schedule = plan.pipeline_schedule
+    rules.check(schedule in SCHEDULES, "zero-bubble schedules are multi-stage (>= 2 stages per rank)",
+                f"schedule={schedule.value} with vpp={plan.vpp}: InterleavedZeroBubble/ZBVZeroBubble need vpp >= 2", "PP")
+    rules.check(plan.recompute_num_layers is None, "FullAC wraps every transformer block",
+                f"recompute_num_layers={plan.recompute_num_layers} (partial full recompute) has no torchtitan setting", "ACT")
+    if job.model.is_moe and plan.ep > 1:
+        rules.check(plan.expert_tp == 1, "no expert tensor parallelism (sparse mesh pp, dp_replicate, efsdp, ep)",
+                    f"etp={plan.expert_tp}: expert_tensor_parallel_degree is gone from HEAD; set etp=1", "PD")
+    if plan.zero_shard_size is not None:
+        rules.check(plan.zero_shard_size % plan.cp == 0, "HSDP shard group = dp_shard * cp",
+                    f"zero_shard_size({plan.zero_shard_size}) % cp({plan.cp})", "PD")
+
+
+def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
+    plan, t, model = job.plan, job.training, job.model
+    module, config, flavor, stock = base_model(job)
+    tc = TitanConfig(module, config, flavor, stock)
+    if not stock:
+        tc.notes.append(f"torchtitan has no registry config for {model.name}; the config starts from {module}.{config}: "
+                        f"replace config.model_spec with your model ({model.num_layers} layers, hidden {model.hidden_size}).")
+    dp, m = job.dp, job.num_microbatches
+    shard = dp if plan.zero >= 1 else 1
+    if plan.zero >= 1 and plan.zero_shard_size is not None:
+        shard = plan.zero_shard_size // plan.cp
+    p = tc.parallelism
+    p["data_parallel_replicate_degree"] = dp // shard if shard else dp
+    p["data_parallel_shard_degree"] = shard
+    if plan.zero in (1, 2):
+        p["fsdp_reshard_after_forward"] = "never"
+        tc.notes.append(f"torchtitan has no optimizer-only ZeRO-{plan.zero}; FSDP2 with reshard_after_forward=never "
+                        "shards gradients and optimizer states (ZeRO-2 memory, same traffic).")
+    p["tensor_parallel_degree"] = plan.tp
+    p["enable_sequence_parallel"] = plan.sequence_parallel
+    p["pipeline_parallel_degree"] = plan.pp
+    p["context_parallel_degree"] = plan.cp
+    p["expert_parallel_degree"] = plan.ep
+    if plan.pp > 1:
+        p["pipeline_parallel_schedule"] = SCHEDULES.get(plan.pipeline_schedule, "1F1B")
+        split = stage_split(job, rules)
+        if split:
+            lps, first_less, last_less = split
+            p["pipeline_parallel_layers_per_stage"] = lps
+            p["pipeline_parallel_first_stage_less_layers"] = first_less
+            p["pipeline_parallel_last_stage_less_layers"] = last_less
+    tokens_mb = plan.mbs * t.seq_len
+    tc.batch_tokens = {
+        "training": {"num_tokens_per_microbatch_per_dp_rank": tokens_mb, "num_tokens_per_train_step": t.tokens_per_step,
+                     "max_context_length": t.seq_len},
+        "parallelism": {"num_pp_microbatches": m if plan.pp > 1 else 1},
+    }
+    tc.batch_sequences = {
+        "training": {"local_batch_size": plan.mbs * (m if plan.pp > 1 else 1), "global_batch_size": t.global_batch_size,
+                     "seq_len": t.seq_len},
+        "parallelism": {"pipeline_parallel_microbatch_size": plan.mbs},
+    }
+    tc.training = {"mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
+    # CUDA graphs reject PP > 1, and EP > 1 with the stock (host-synchronizing) dispatchers
+    # (torchtitan 0.3.0 trainer.py _validate_cuda_graphs; found by the integration test).
+    tc.training_python = {"disable_cuda_graphs": plan.pp > 1 or plan.ep > 1}
+    if t.grad_reduce_bytes_per_param < 4:
+        tc.notes.append("torchtitan reduces gradients in float32 (mixed_precision_reduce has one choice); "
+                        "the estimate assumed 2-byte gradient reduction.")
+    if plan.tp > 1 and plan.tp_comm_overlap:
+        tc.compile = {"enable": True, "enable_async_tensor_parallel": True}
+    tc.float8 = t.precision == Precision.fp8
+    if tc.float8:
+        tc.compile["enable"] = True
+    tc.activation_checkpoint = AC_MODES[plan.recompute]
+    return tc
+
+
+def validate(tc: TitanConfig, job: EmitJob, rules: Rules) -> Rules:
+    """torchtitan's checks on the emitted values (PD _validate, TR, PP; v0.2.2 train.py)."""
+    p, world = tc.parallelism, job.num_gpus
+    rep, shard, tp, pp, cp, ep = (p[k] for k in ("data_parallel_replicate_degree", "data_parallel_shard_degree",
+                                                 "tensor_parallel_degree", "pipeline_parallel_degree",
+                                                 "context_parallel_degree", "expert_parallel_degree"))
+    rules.check(min(rep, shard, tp, pp, cp, ep) >= 1, "every degree >= 1", f"degrees {p}", "PD")
+    rules.check(rep * shard * cp * tp * pp == world, "dp_replicate * dp_shard * cp * tp * pp == WORLD_SIZE",
+                f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) != WORLD_SIZE({world})", "PD")
+    rules.check((shard * cp * tp) % ep == 0, "(dp_shard * cp * tp) % ep == 0",
+                f"dp_shard({shard}) * cp({cp}) * tp({tp}) = {shard * cp * tp} % ep({ep})", "PD")
+    tokens = tc.batch_tokens["training"]["num_tokens_per_microbatch_per_dp_rank"]
+    divisor = (tp if p["enable_sequence_parallel"] else 1) * (2 * cp if cp > 1 else 1)
+    rules.check(tokens % divisor == 0, "tokens per microbatch % (tp if SP) * (2cp if cp > 1) == 0",
+                f"{tokens} % {divisor} = {tokens % divisor}", "TR")
+    step = tc.batch_tokens["training"]["num_tokens_per_train_step"]
+    per_iter = tokens * tc.batch_tokens["parallelism"]["num_pp_microbatches"] * rep * shard
+    rules.check(step % per_iter == 0, "num_tokens_per_train_step % (tokens per microbatch * num_pp_microbatches * dp) == 0",
+                f"{step} % {per_iter} = {step % per_iter}", "TR")
+    rules.check(tc.training_python.get("disable_cuda_graphs") or (pp == 1 and ep == 1),
+                "CUDA graphs need PP == 1 and no host-synchronizing EP dispatcher (else disable_cuda_graphs)",
+                f"pp={pp}, ep={ep} with CUDA graphs on", "0.3.0 trainer.py _validate_cuda_graphs")
+    seqs = tc.batch_sequences
+    local, micro = seqs["training"]["local_batch_size"], seqs["parallelism"]["pipeline_parallel_microbatch_size"]
+    rules.check(seqs["training"]["global_batch_size"] % (local * rep * shard) == 0, "v0.2.2: global_batch_size % (local_batch_size * dp) == 0",
+                f"{seqs['training']['global_batch_size']} % ({local} * {rep * shard})", "v0.2.2 train.py")
+    rules.check(pp == 1 or local % micro == 0, "local_batch_size % pipeline_parallel_microbatch_size == 0",
+                f"{local} % {micro}", "v0.2.2 JC / 0.3.0 trainer.py")
+    if pp > 1 and "pipeline_parallel_layers_per_stage" in p:
+        lps = p["pipeline_parallel_layers_per_stage"]
+        eff = job.model.num_layers + p["pipeline_parallel_first_stage_less_layers"] + p["pipeline_parallel_last_stage_less_layers"]
+        stages = -(-eff // lps)
+        single = p["pipeline_parallel_schedule"] in ("1F1B", "GPipe")
+        if rules.check(stages % pp == 0, "num_virtual_stages % pp == 0", f"ceil({eff} / {lps}) = {stages} stages, pp={pp}", "PP"):
+            per_rank = stages // pp
+            rules.check(per_rank == 1 if single else per_rank >= 2,
+                        "single-stage schedules need 1 stage per rank, multi-stage ones >= 2",
+                        f"{p['pipeline_parallel_schedule']} with {per_rank} stages per rank", "PP")
+    return rules
+
+
+def check_torchtitan(job: EmitJob) -> tuple[Rules, TitanConfig | None]:
+    rules = Rules(FRAMEWORK)
+    check_common(job, rules)
+    plan_checks(job, rules)
+    if rules.found or not job.num_microbatches:
+        rules.check(bool(job.num_microbatches), "global batch divides by dp * micro-batch",
+                    f"global batch {job.training.global_batch_size} % (dp({job.dp}) * mbs({job.plan.mbs}))", "TR")
+        return rules, None
+    tc = build(job, rules)
+    return validate(tc, job, rules), tc
+
+
+def emit_torchtitan(job: EmitJob) -> list[Artefact]:
+    rules, tc = check_torchtitan(job)
+    rules.refuse_if_any(job.plan.text())
+    return [
+        Artefact("autopar_torchtitan.py", render_module(job, tc)),
+        Artefact("launch_torchtitan.sh", render_launcher(job, tc), executable=True),
+        Artefact("torchtitan_v0.2.2.toml", render_toml(job, tc)),
+    ]
