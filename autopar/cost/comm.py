@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from autopar.specs.costparams import CostParams
 from autopar.specs.hardware import GB, US, ClusterSpec, LinkKind
 
@@ -42,15 +44,17 @@ class Group:
         return "intra_node" if self.nodes <= 1 else "network"
 
 
-def place_group(size: int, stride: int, gpus_per_node: int) -> Group:
-    """Where a group of `size` ranks spaced `stride` apart lands (aligned placement)."""
-    if size <= 1:
-        return Group(1, 1, 1)
-    if stride * size <= gpus_per_node:
-        return Group(size, size, 1)
-    per_node = max(1, gpus_per_node // stride)
-    per_node = min(per_node, size)
-    return Group(size, per_node, -(-size // per_node))
+def place_group(size, stride, gpus_per_node: int) -> Group:
+    """Where a group of `size` ranks spaced `stride` apart lands (aligned placement).
+    Works on integers or numpy arrays of sizes and strides (the search places many at once)."""
+    size, stride = np.asarray(size), np.asarray(stride)
+    inside = stride * size <= gpus_per_node
+    per_node = np.where(inside, size, np.minimum(np.maximum(1, gpus_per_node // stride), size))
+    per_node = np.where(size <= 1, 1, per_node)
+    nodes = -(-np.maximum(size, 1) // per_node)
+    if size.ndim == 0:
+        return Group(int(max(size, 1)), int(per_node), int(nodes))
+    return Group(np.maximum(size, 1), per_node, nodes)
 
 
 def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: float, half_bytes: float) -> float:

@@ -1,5 +1,6 @@
-"""Memory per GPU for each pipeline stage (DESIGN.md 'Memory'; seed 000 'ZeRO: экономия
-памяти'; Korthikanti et al. 2022 'Reducing Activation Recomputation', section 4).
+"""Memory per GPU (DESIGN.md 'Memory'; seed 000 'ZeRO: экономия памяти'; Korthikanti et al.
+2022 'Reducing Activation Recomputation', section 4). Functions take a Batch and return one
+value per plan.
 
 Activations are derived tensor by tensor, so GQA, gated MLPs, MoE, flash attention, dropout,
 SP and CP change the constant 34 of s b h (34 + 5 a s / h) the way they change the tensors.
@@ -9,122 +10,80 @@ F FFN width, t tp, B bytes per activation element.
 
 from __future__ import annotations
 
-from autopar.cost.flops import embedding_params, layer_params
-from autopar.cost.pipeline import in_flight_microbatches
-from autopar.cost.setup import Setup
-from autopar.specs.plan import Recompute
+import numpy as np
+
+from autopar.cost.context import Batch
+from autopar.cost.table import SCHEDULE
+from autopar.specs.plan import Schedule
 
 
-def layer_activation_bytes(s: Setup, index: int, flash: bool) -> float:
+def kv_heads_per_rank(batch: Batch) -> np.ndarray:
+    """KV heads on one TP rank (replicated when g < tp)."""
+    return np.maximum(batch.model.kv_heads, batch.tab.tp) / batch.tab.tp
+
+
+def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     """Bytes one micro-batch leaves stored by layer `index` with no recomputation."""
-    m, p = s.model, s.plan
-    T, B, t, tsp = s.tokens_per_microbatch, s.training.activation_bytes, p.tp, s.sp_divisor
+    m, t = batch.model, batch.tab.tp
+    T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     h, a, d = m.hidden_size, m.num_attention_heads, m.head_size
-    kv_per_rank = max(m.kv_heads, t) / t  # KV heads are replicated when g < tp
     d_v = m.mla.v_head_dim if m.mla else d
     drop = 1.0 if m.dropout else 0.0
-    total = 0.0
     # attention block: norm input, QKV input, Q, K, V, output-projection input, dropout mask
-    total += 2 * B * T * h / tsp
-    total += B * T * (a / t * d + 2 * kv_per_rank * d)
-    total += B * T * a / t * d_v
-    total += drop * T * h / tsp
-    if flash:
-        total += 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
+    total = 2 * B * T * h / tsp + B * T * (a / t * d + 2 * kv_heads_per_rank(batch) * d) + B * T * a / t * d_v + drop * T * h / tsp
+    if batch.training.flash_attention:
+        total = total + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
     else:
-        # softmax output B a T s (+ dropout mask and output: 3 more bytes per score)
-        total += (B + 3 * drop) * a / t * T * s.training.seq_len
+        total = total + attention_core_bytes(batch)
     # MLP block: norm input, MLP input, dropout mask
-    total += 2 * B * T * h / tsp + drop * T * h / tsp
+    total = total + 2 * B * T * h / tsp + drop * T * h / tsp
     mats = 3 if m.gated_mlp else 2
     if m.is_moe_layer(index):
-        k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, p.expert_tp
+        k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
         routed = T * k  # balanced routing: tokens x k rows arrive at this GPU's experts
-        total += 4 * T * m.num_experts  # fp32 router probabilities
-        total += B * routed * h + B * routed * (mats - 1) * f_e / et + B * routed * f_e / et
-        if m.moe_shared_expert_ffn_size:
-            total += B * T * (mats - 1) * m.moe_shared_expert_ffn_size / t + B * T * m.moe_shared_expert_ffn_size / t
+        total = total + 4 * T * m.num_experts  # fp32 router probabilities
+        total = total + B * routed * h + B * routed * (mats - 1) * f_e / et + B * routed * f_e / et
+        f_s = m.moe_shared_expert_ffn_size
+        total = total + B * T * (mats - 1) * f_s / t + B * T * f_s / t
     else:
         f = m.ffn_hidden_size
-        total += B * T * (mats - 1) * f / t + B * T * f / t  # fc1 output(s) and activation output
+        total = total + B * T * (mats - 1) * f / t + B * T * f / t  # fc1 output(s), activation output
     return total
 
 
-def attention_core_bytes(s: Setup) -> float:
-    """The part selective recompute drops: the score tensors (absent with flash kernels)."""
-    m = s.model
-    drop = 1.0 if m.dropout else 0.0
-    return (s.training.activation_bytes + 3 * drop) * m.num_attention_heads / s.plan.tp * s.tokens_per_microbatch * s.training.seq_len
+def attention_core_bytes(batch: Batch) -> np.ndarray:
+    """Score tensors of unfused attention: softmax output B a T s, plus dropout mask and
+    output (3 more bytes per score) -- the part selective recompute drops."""
+    drop = 3.0 if batch.model.dropout else 0.0
+    return (batch.training.activation_bytes + drop) * batch.model.num_attention_heads / batch.tab.tp * batch.tokens * batch.training.seq_len
 
 
-def stored_activation_bytes(s: Setup, index: int, flash: bool, recomputed: bool) -> float:
-    """Bytes kept per micro-batch by one layer under the plan's recompute mode."""
-    if recomputed:  # full recompute keeps only the layer input
-        return s.training.activation_bytes * s.tokens_per_microbatch * s.model.hidden_size / s.sp_divisor
-    full = layer_activation_bytes(s, index, flash)
-    if s.plan.recompute == Recompute.selective and not flash:
-        return full - attention_core_bytes(s)
-    return full
+def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
+    """Bytes kept per micro-batch by a layer that is not fully recomputed (selective
+    recompute drops the score tensors; with flash kernels there are none)."""
+    full = layer_activation_bytes(batch, index)
+    if batch.training.flash_attention:
+        return full
+    return full - np.where(batch.tab.recompute == 1, attention_core_bytes(batch), 0.0)
 
 
-def recomputed_layers(s: Setup, stage: int) -> int:
-    if s.plan.recompute != Recompute.full:
-        return 0
-    n = s.stage_layers[stage]
-    return n if s.plan.recompute_num_layers is None else min(n, s.plan.recompute_num_layers)
+def recomputed_input_bytes(batch: Batch) -> np.ndarray:
+    """Full recompute keeps only each layer's input: 2 s b h (/t with SP)."""
+    return batch.training.activation_bytes * batch.tokens * batch.model.hidden_size / batch.sp_divisor
 
 
-def stage_params(s: Setup, stage: int) -> tuple[float, float]:
-    """(dense params, routed-expert params) held by one GPU of `stage`."""
-    m, p = s.model, s.plan
-    dense = routed = 0.0
-    for i in s.stage_layer_indices[stage]:
-        dl, rl = layer_params(m, i)
-        dense += dl
-        routed += rl
-    dense /= p.tp
-    routed /= p.ep * p.expert_tp
-    if stage == 0:
-        dense += embedding_params(m) / p.tp
-    if stage == p.pp - 1 and (not m.tied_embeddings or p.pp > 1):
-        dense += embedding_params(m) / p.tp
-    return dense, routed
-
-
-def memory_breakdown(s: Setup, stage: int, flash: bool) -> dict[str, float]:
-    """Bytes per GPU on `stage` by component; the parts sum to the total."""
-    tr, p, mem = s.training, s.plan, s.params.memory
-    dense, routed = stage_params(s, stage)
-    shard_dense, shard_routed = s.zero_shard, max(1, s.expert_dp)
-
-    def sharded(from_stage: int, bytes_per: float) -> float:
-        on = p.zero >= from_stage
-        return bytes_per * (dense / (shard_dense if on else 1) + routed / (shard_routed if on else 1))
-
-    trained = 0.0 if tr.frozen_weights else 1.0  # LoRA: adapters' state is negligible
-    out: dict[str, float] = {
-        "weights": sharded(3, tr.weight_bytes_per_param),
-        "gradients": trained * sharded(2, tr.grad_bytes_per_param),
-        "optimizer_states": trained * sharded(1, tr.optimizer_bytes_per_param),
-    }
-    layers = list(s.stage_layer_indices[stage])
-    n_recomputed = recomputed_layers(s, stage)
-    per_mb = sum(stored_activation_bytes(s, i, flash, k < n_recomputed) for k, i in enumerate(layers))
-    held = in_flight_microbatches(stage, p.pp, s.num_microbatches, p.vpp, s.schedule)
-    out["activations"] = per_mb * held
-    working = 0.0
-    if n_recomputed and layers:  # one layer's full activations rebuilt during its backward
-        working += layer_activation_bytes(s, layers[0], flash)
-    if stage == p.pp - 1:  # logits in bf16 and fp32 for the loss, one micro-batch
-        working += 6 * s.tokens_per_microbatch * s.model.vocab_size / p.tp
-    if p.zero == 3 and layers:  # two layers' gathered weights (current + prefetch)
-        dl, rl = layer_params(s.model, layers[0])
-        working += 2 * tr.weight_bytes_per_param * (dl / p.tp + rl / (p.ep * p.expert_tp))
-    out["working_buffers"] = working
-    allocated = sum(out.values())
-    out["fragmentation"] = allocated * mem.fragmentation
-    out["framework_reserve"] = mem.reserve_bytes
-    return out
+def in_flight_microbatches(stage, p, m, v, schedule):
+    """Micro-batches whose activations a stage holds at its peak (in units of the stage's
+    layers; seed 000 'Конвейерный параллелизм', footnote 7). 1F1B: p - i; interleaved (Megatron
+    warm-up): ((p-i-1) 2 + (v-1) p + 1) / v chunks, i.e. p + (p-1)/v on stage 0; GPipe: m;
+    ZB-H2: 2 (p - i) - 1. Capped at m. `schedule` is a Schedule or an index into SCHEDULE."""
+    code = np.asarray(SCHEDULE.index(schedule) if isinstance(schedule, Schedule) else schedule)
+    held = np.select(
+        [code == SCHEDULE.index(Schedule.gpipe), code == SCHEDULE.index(Schedule.interleaved), code == SCHEDULE.index(Schedule.zero_bubble)],
+        [np.asarray(m, dtype=float) + 0 * np.asarray(stage), ((p - stage - 1) * 2 + (v - 1) * p + 1) / v, 2.0 * (p - stage) - 1],
+        default=np.asarray(p - stage, dtype=float),
+    )
+    return np.minimum(held, m)
 
 
 def static_bytes_per_gpu(total_params: float, bytes_per_param: float, shards: int) -> float:
@@ -136,4 +95,3 @@ def kv_cache_bytes(num_layers: int, kv_heads: int, head_dim: int, tokens: int, s
     """Inference KV cache: 2 (K and V) L g d tokens sequences bytes (seed 000 'Асимметрия
     инфраструктуры': 70B GQA, 1024 tokens, 256 prompts -> 85.9 GB)."""
     return 2 * num_layers * kv_heads * head_dim * tokens * sequences * bytes_per_element
-

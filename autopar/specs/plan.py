@@ -141,27 +141,7 @@ class Plan(BaseModel):
         logits as one layer each on the end stages (LLaMA-3 405B: 126 layers on 16 stages ran
         7 + 14 x 8 + 7), remaining layers spread one each from the middle outwards.
         """
-        pp = self.pp
-        if pp == 1:
-            return [num_layers]
-        first, last = self.first_stage_layers, self.last_stage_layers
-        if first is not None or last is not None:
-            return _explicit_layout(num_layers, pp, first, last, self.text())
-        if num_layers % pp == 0:
-            return [num_layers // pp] * pp
-        if num_layers < pp:
-            raise InputError("plan.pp", pp, f"more pipeline stages than layers ({num_layers})")
-        total = num_layers + 2  # embedding + logits weigh about one layer each
-        base, extra = divmod(total, pp)
-        counts = [base + (1 if i < extra else 0) for i in _middle_out(pp)]
-        stages = [0] * pp
-        for slot, count in zip(_middle_out(pp), counts):
-            stages[slot] = count
-        stages[0] -= 1
-        stages[-1] -= 1
-        if min(stages) <= 0:
-            raise InputError("plan.pp", pp, f"cannot split {num_layers} layers over {pp} stages")
-        return stages
+        return stage_layout(num_layers, self.pp, self.first_stage_layers, self.last_stage_layers)
 
     def text(self) -> str:
         """The canonical text form (non-default and structural keys)."""
@@ -187,18 +167,41 @@ class Plan(BaseModel):
         return ",".join(parts)
 
 
+def stage_layout(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
+    """Decoder layers per pipeline stage (see Plan.layers_per_stage)."""
+    if pp == 1:
+        return [num_layers]
+    if first is not None or last is not None:
+        return _explicit_layout(num_layers, pp, first, last)
+    if num_layers % pp == 0:
+        return [num_layers // pp] * pp
+    if num_layers < pp:
+        raise InputError("plan.pp", pp, f"more pipeline stages than layers ({num_layers})")
+    total = num_layers + 2  # embedding + logits weigh about one layer each
+    base, extra = divmod(total, pp)
+    order = _middle_out(pp)
+    stages = [0] * pp
+    for rank, slot in enumerate(order):
+        stages[slot] = base + (1 if rank < extra else 0)
+    stages[0] -= 1
+    stages[-1] -= 1
+    if min(stages) <= 0:
+        raise InputError("plan.pp", pp, f"cannot split {num_layers} layers over {pp} stages")
+    return stages
+
+
 def _middle_out(n: int) -> list[int]:
     """Stage indices from the middle outwards, so extra layers land away from the ends."""
     mid = (n - 1) / 2
     return sorted(range(n), key=lambda i: (abs(i - mid), i))
 
 
-def _explicit_layout(num_layers: int, pp: int, first: int | None, last: int | None, text: str) -> list[int]:
+def _explicit_layout(num_layers: int, pp: int, first: int | None, last: int | None) -> list[int]:
     fixed = [x for x in (first, last) if x is not None]
     rest = num_layers - sum(fixed)
     middle = pp - len(fixed)
     if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and rest % middle):
-        raise InputError("plan", text, f"first/last stage layers leave {rest} layers that do not split evenly over {middle} middle stages")
+        raise InputError("plan.first_stage_layers", first, f"first/last stage layers leave {rest} layers that do not split evenly over {middle} middle stages")
     each = rest // middle if middle else 0
     stages = [each] * pp
     if first is not None:

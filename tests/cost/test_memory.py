@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from autopar.cost import estimate, make_batch
 from autopar.cost.flops import total_params
-from autopar.cost.memory import layer_activation_bytes, memory_breakdown, stored_activation_bytes
-from autopar.cost.pipeline import in_flight_microbatches
-from autopar.cost.setup import Setup
+from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.specs import ModelSpec, TrainingSpec, load_model, parse_plan
 from autopar.specs.plan import Schedule
 
@@ -17,9 +16,9 @@ GPT = ModelSpec(name="gpt-korthikanti", num_layers=8, hidden_size=H, num_attenti
                 ffn_hidden_size=4 * H, gated_mlp=False, vocab_size=51200, dropout=True)
 
 
-def _setup(plan_text, h100_node, params, model=GPT, flash=False):
+def _batch(plan_text, h100_node, params, model=GPT, flash=False):
     training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=flash)
-    return Setup.build(model, h100_node, training, parse_plan(plan_text), params)
+    return make_batch(model, h100_node, training, [parse_plan(plan_text)], params)
 
 
 @pytest.mark.parametrize(
@@ -34,36 +33,36 @@ def _setup(plan_text, h100_node, params, model=GPT, flash=False):
     ],
 )
 def test_activations_match_korthikanti(plan, expected_per_sbh, h100_node, params):
-    s = _setup(plan, h100_node, params)
-    assert layer_activation_bytes(s, 0, flash=False) == pytest.approx(S * B * H * expected_per_sbh)
+    b = _batch(plan, h100_node, params)
+    assert layer_activation_bytes(b, 0)[0] == pytest.approx(S * B * H * expected_per_sbh)
 
 
 def test_selective_recompute_keeps_34_sbh_over_t(h100_node, params):
     # Korthikanti eq. 5 (selective + SP): 34 s b h / t
-    s = _setup("tp=8,recompute=selective", h100_node, params)
-    assert stored_activation_bytes(s, 0, flash=False, recomputed=False) == pytest.approx(34 * S * B * H / 8)
+    b = _batch("tp=8,recompute=selective", h100_node, params)
+    assert stored_activation_bytes(b, 0)[0] == pytest.approx(34 * S * B * H / 8)
 
 
 def test_full_recompute_keeps_layer_input(h100_node, params):
     # Korthikanti section 4.3: full recompute stores 2 s b h per layer (/t with SP)
-    s = _setup("tp=8,recompute=full", h100_node, params)
-    assert stored_activation_bytes(s, 0, flash=False, recomputed=True) == pytest.approx(2 * S * B * H / 8)
+    b = _batch("tp=8,recompute=full", h100_node, params)
+    assert recomputed_input_bytes(b)[0] == pytest.approx(2 * S * B * H / 8)
 
 
 def test_flash_attention_drops_score_matrix(h100_node, params):
     # flash kernels keep O plus fp32 log-sum-exp (4 bytes per query per head) instead of 5 a s^2 b
-    s = _setup("tp=1", h100_node, params, flash=True)
-    assert layer_activation_bytes(s, 0, flash=True) == pytest.approx(S * B * H * 34 + 4 * S * A)
+    b = _batch("tp=1", h100_node, params, flash=True)
+    assert layer_activation_bytes(b, 0)[0] == pytest.approx(S * B * H * 34 + 4 * S * A)
 
 
 def test_gqa_and_swiglu_change_the_constant(h100_node, params):
     # LLaMA-3 8B layer: h 4096, a 32, g 8, F 14336, SwiGLU, no dropout, flash, tp=1:
     # norms+inputs 8h, Q 2h, K+V 2*2*h/4, O 2h, fc1 2*2F, act 2F, lse 4a per token
     m = load_model("llama3-8b")
-    s = _setup("tp=1", h100_node, params, model=m, flash=True)
+    b = _batch("tp=1", h100_node, params, model=m, flash=True)
     h, f, a = 4096, 14336, 32
     per_token = 8 * h + 2 * h + 2 * 2 * h / 4 + 2 * h + 4 * f + 2 * f + 4 * a
-    assert layer_activation_bytes(s, 0, flash=True) == pytest.approx(S * per_token)
+    assert layer_activation_bytes(b, 0)[0] == pytest.approx(S * per_token)
 
 
 @pytest.mark.parametrize(
@@ -77,15 +76,14 @@ def test_gqa_and_swiglu_change_the_constant(h100_node, params):
     ],
 )
 def test_in_flight_microbatches(p, v, schedule, stage, expected):
-    assert in_flight_microbatches(stage, p, 32, v, schedule) == pytest.approx(expected)
+    assert float(in_flight_microbatches(stage, p, 32, v, schedule)) == pytest.approx(expected)
 
 
 def test_zero3_shards_all_static_state(superpod, params):
     # seed 000 'ZeRO: экономия памяти': 16 bytes/param / N with ZeRO-3 (7B, 64 GPUs -> ~1.7 GB)
     model = load_model("llama2-7b")
     cluster = superpod.with_gpus(64)
-    s = Setup.build(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=3"), params)
-    mem = memory_breakdown(s, 0, flash=True)
+    mem = estimate(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=3"), params).memory_breakdown
     static = mem["weights"] + mem["gradients"] + mem["optimizer_states"]
     assert static == pytest.approx(total_params(model) * 16 / 64, rel=1e-6)
     assert static / 1e9 == pytest.approx(1.75, abs=0.07)  # 6.74B params, not a round 7B
@@ -94,8 +92,7 @@ def test_zero3_shards_all_static_state(superpod, params):
 def test_zero1_shards_only_optimizer(superpod, params):
     model = load_model("llama2-7b")
     cluster = superpod.with_gpus(64)
-    s = Setup.build(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=1"), params)
-    mem = memory_breakdown(s, 0, flash=True)
+    mem = estimate(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=1"), params).memory_breakdown
     n = total_params(model)
     assert mem["weights"] == pytest.approx(2 * n) and mem["gradients"] == pytest.approx(2 * n)
     assert mem["optimizer_states"] == pytest.approx(12 * n / 64)

@@ -1,0 +1,107 @@
+"""Batch: the inputs of one cost evaluation (model, cluster, training, coefficients) and a
+PlanTable of plans, with the derived columns every cost term shares. One plan is a batch of
+one; the search passes whole plan spaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from autopar.cost.comm import Collective, Group, collective_seconds, place_group
+from autopar.cost.table import ORDER, PlanTable, vmap
+from autopar.specs.costparams import CostParams
+from autopar.specs.hardware import ClusterSpec
+from autopar.specs.model import ModelSpec
+from autopar.specs.plan import RankOrder
+from autopar.specs.training import TrainingSpec
+
+PP_INNER = ORDER.index(RankOrder.tp_cp_ep_pp_dp)
+
+
+@dataclass(frozen=True)
+class Batch:
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    params: CostParams
+    tab: PlanTable
+
+    # ---- derived columns -------------------------------------------------------------
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """T: tokens of one micro-batch held by one GPU (sequence split over cp)."""
+        return self.tab.mbs * self.training.seq_len / self.tab.cp
+
+    @cached_property
+    def sp_divisor(self) -> np.ndarray:
+        """Divisor of the tensors TP replicates unless sequence parallel is on."""
+        return np.where(self.tab.sp == 1, self.tab.tp, 1)
+
+    @cached_property
+    def microbatches(self) -> np.ndarray:
+        return self.training.global_batch_size // (self.tab.dp * self.tab.mbs)
+
+    @cached_property
+    def zero_shard(self) -> np.ndarray:
+        """Ranks that shard dense ZeRO state (Megatron shards over dp*cp)."""
+        return np.where(self.tab.shard > 0, self.tab.shard, self.tab.dp * self.tab.cp)
+
+    @cached_property
+    def expert_dp(self) -> np.ndarray:
+        t = self.tab
+        return np.maximum(1, t.dp * t.cp * t.tp // (t.ep * t.etp))
+
+    @property
+    def wgrad(self) -> float:
+        """Weight-gradient GEMMs per forward GEMM: 1, or 0 with frozen weights (LoRA)."""
+        return 0.0 if self.training.frozen_weights else 1.0
+
+    def hbm_seconds(self, num_bytes):
+        return num_bytes / (self.cluster.gpu.hbm_bytes_per_second * self.params.memory.hbm_efficiency)
+
+    # ---- group placement by rank order -----------------------------------------------
+    @cached_property
+    def _strides(self) -> dict[str, np.ndarray]:
+        t = self.tab
+        pp_inner = t.order == PP_INNER
+        return {
+            "tp": np.ones_like(t.tp), "cp": t.tp,
+            "dp": np.where(pp_inner, t.tp * t.cp * t.pp, t.tp * t.cp),
+            "pp": np.where(pp_inner, t.tp * t.cp, t.tp * t.cp * t.dp),
+        }
+
+    def group(self, dim: str) -> Group:
+        """Placement of the tp | cp | dp | pp | dpcp | ep | edp groups of every plan."""
+        t, gpn = self.tab, self.cluster.gpus_per_node
+        if dim == "dpcp":  # gradient reduction spans dp x cp (cp sits next to tp)
+            inner, outer = place_group(t.cp, t.tp, gpn), place_group(t.dp, self._strides["dp"], gpn)
+            size = t.cp * t.dp
+            per_node = np.minimum(size, inner.per_node * np.where(inner.nodes == 1, outer.per_node, 1))
+            return Group(size, per_node, -(-size // per_node))
+        if dim == "zero":  # ZeRO-3 shard group: dp*cp, or an explicit HSDP shard size
+            full = self.group("dpcp")
+            shard = t.shard
+            per_node = np.where(shard > 0, np.minimum(np.abs(shard), gpn), full.per_node)
+            size = np.where(shard > 0, shard, full.size)
+            return Group(size, per_node, -(-size // per_node))
+        if dim == "ep":  # Megatron expert grid: etp - ep - edp - pp
+            return place_group(t.ep, t.etp, gpn)
+        if dim == "edp":
+            return place_group(self.expert_dp, t.etp * t.ep, gpn)
+        sizes = {"tp": t.tp, "cp": t.cp, "dp": t.dp, "pp": t.pp}
+        return place_group(sizes[dim], self._strides[dim], gpn)
+
+    def collective(self, op: Collective, message_bytes, group: Group) -> np.ndarray:
+        """Seconds of one collective per plan (message may be per plan or per plan x stage)."""
+        fn = lambda msg, size, per_node, nodes: collective_seconds(  # noqa: E731
+            op, msg, Group(int(size), int(per_node), int(nodes)), self.cluster, self.params)
+        message = np.asarray(message_bytes, dtype=np.float64)
+        extra = (slice(None),) + (None,) * (message.ndim - 1) if message.ndim > 1 else slice(None)
+        return vmap(fn, message, group.size[extra], group.per_node[extra], group.nodes[extra])
+
+    def neighbour(self, group: Group) -> Group:
+        """The pair of ranks one hop apart in a ring or pipeline group."""
+        on_node = group.nodes == 1
+        return Group(np.full_like(group.size, 2), np.where(on_node, 2, 1), np.where(on_node, 1, 2))

@@ -1,0 +1,86 @@
+"""estimate(): one plan through the batch cost model, as an Estimate with its breakdowns."""
+
+from __future__ import annotations
+
+from autopar.cost.context import Batch
+from autopar.cost.flops import model_flops_per_token
+from autopar.cost.pipeline import bubble_fraction  # noqa: F401  (re-exported for callers)
+from autopar.cost.rules import plan_violations
+from autopar.cost.step import StepResult, evaluate
+from autopar.cost.table import PlanTable
+from autopar.errors import InputError
+from autopar.specs.costparams import CostParams, load_cost_params
+from autopar.specs.estimate import Bottleneck, Estimate
+from autopar.specs.hardware import ClusterSpec
+from autopar.specs.model import ModelSpec
+from autopar.specs.plan import Plan
+from autopar.specs.training import TrainingSpec
+
+
+def bottleneck(time: dict[str, float]) -> Bottleneck:
+    groups = {
+        Bottleneck.compute: time["compute_gemm"] + time["compute_attention"] + time["recompute"],
+        Bottleneck.memory: time["compute_elementwise"] + time["optimizer_step"],
+        Bottleneck.communication: sum(time[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "dp_comm")),
+        Bottleneck.bubble: time["pipeline_bubble"],
+        Bottleneck.coordination: time["step_overhead"],
+    }
+    return max(groups, key=lambda k: groups[k])
+
+
+def infeasibility(memory_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan) -> list[str]:
+    reasons = []
+    if memory_bytes > cluster.gpu.hbm_bytes:
+        reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {cluster.gpu.hbm_bytes / 1e9:.0f} GB")
+    if plan.tp > cluster.gpus_per_node:
+        reasons.append(f"tp={plan.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")
+    return reasons
+
+
+def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
+    """Row i of a batch result as an Estimate."""
+    model, cluster, training = batch.model, batch.cluster, batch.training
+    plan = batch.tab.plan(i)
+    step = float(result.step_seconds[i])
+    time = {k: float(v[i]) for k, v in result.time.items()}
+    memory = {k: float(v[i]) for k, v in result.memory.items()}
+    tokens = training.tokens_per_step
+    model_flops = model_flops_per_token(model, training.seq_len, frozen_weights=training.frozen_weights) * tokens
+    peak = cluster.gpu.peak_flops_per_second(training.precision.gemm_dtype) * cluster.num_gpus
+    tps = tokens / step
+    ttt = training.target_tokens / tps if training.target_tokens else None
+    price = cluster.price_usd_per_gpu_hour
+    pipeline = float(result.pipeline_seconds[i])
+    reasons = infeasibility(float(result.memory_bytes[i]), int(result.worst_stage[i]), cluster, plan)
+    return Estimate(
+        plan=plan.text(), feasible=not reasons, reasons=reasons, num_gpus=cluster.num_gpus, dp=int(batch.tab.dp[i]),
+        num_microbatches=int(batch.microbatches[i]), stage_layers=list(result.stage_layers[i]), step_seconds=step,
+        tokens_per_second=tps, tokens_per_second_per_gpu=tps / cluster.num_gpus,
+        model_flops_per_step=model_flops, hardware_flops_per_step=float(result.hardware_flops[i]),
+        model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,
+        mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak,
+        bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
+        memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
+        worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,
+        bottleneck=bottleneck(time), time_to_train_seconds=ttt,
+        cost_usd=ttt / 3600 * price * cluster.num_gpus if ttt is not None and price is not None else None,
+    )
+
+
+def check_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan) -> None:
+    """Raise InputError naming the first structural rule the plan breaks."""
+    broken = plan_violations(model, cluster, training, plan)
+    if broken:
+        raise InputError(*broken[0])
+
+
+def make_batch(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plans: list[Plan], params: CostParams | None = None) -> Batch:
+    return Batch(model, cluster, training, params or load_cost_params(), PlanTable.from_plans(plans, cluster.num_gpus))
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan, params: CostParams | None = None) -> Estimate:
+    """Cost one plan. Raises InputError when the plan breaks a structural rule; a plan that
+    does not fit in memory comes back with feasible=False and the reasons."""
+    check_plan(model, cluster, training, plan)
+    batch = make_batch(model, cluster, training, [plan], params)
+    return to_estimate(batch, evaluate(batch), 0)

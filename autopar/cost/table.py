@@ -1,0 +1,97 @@
+"""PlanTable: many plans as columns of numpy arrays, so the cost model and the search
+evaluate them together; Plan <-> row conversion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, Iterable
+
+import numpy as np
+
+from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
+
+RECOMPUTE = list(Recompute)
+SCHEDULE = list(Schedule)
+CP_ALGO = list(CpAlgo)
+ORDER = list(RankOrder)
+NONE = -1  # sentinel for optional integer columns
+
+
+@dataclass
+class PlanTable:
+    """Columns (one entry per plan). Enums are stored as indices into the lists above;
+    optional integers use NONE (-1)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    zero: np.ndarray
+    shard: np.ndarray
+    recompute: np.ndarray
+    recompute_layers: np.ndarray
+    sp: np.ndarray
+    tp_overlap: np.ndarray
+    schedule: np.ndarray
+    cp_algo: np.ndarray
+    order: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def from_plans(cls, plans: Iterable[Plan], num_gpus: int) -> "PlanTable":
+        plans = list(plans)
+        none = lambda v: NONE if v is None else v  # noqa: E731
+        cols = {
+            "tp": [p.tp for p in plans], "pp": [p.pp for p in plans], "dp": [p.data_parallel(num_gpus) for p in plans],
+            "cp": [p.cp for p in plans], "ep": [p.ep for p in plans], "etp": [p.expert_tp for p in plans],
+            "vpp": [p.vpp for p in plans], "mbs": [p.mbs for p in plans], "zero": [p.zero for p in plans],
+            "shard": [none(p.zero_shard_size) for p in plans],
+            "recompute": [RECOMPUTE.index(p.recompute) for p in plans],
+            "recompute_layers": [none(p.recompute_num_layers) for p in plans],
+            "sp": [int(p.sequence_parallel) for p in plans], "tp_overlap": [int(p.tp_comm_overlap) for p in plans],
+            "schedule": [SCHEDULE.index(p.pipeline_schedule) for p in plans],
+            "cp_algo": [CP_ALGO.index(p.cp_algo) for p in plans], "order": [ORDER.index(p.order) for p in plans],
+            "first": [none(p.first_stage_layers) for p in plans], "last": [none(p.last_stage_layers) for p in plans],
+        }
+        return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
+
+    def plan(self, i: int) -> Plan:
+        """Row i as a Plan (dp included)."""
+        opt = lambda v: None if v == NONE else int(v)  # noqa: E731
+        return Plan(
+            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]), ep=int(self.ep[i]),
+            etp=None if self.etp[i] == self.tp[i] else int(self.etp[i]), vpp=int(self.vpp[i]), mbs=int(self.mbs[i]), zero=int(self.zero[i]),
+            zero_shard_size=opt(self.shard[i]), recompute=RECOMPUTE[self.recompute[i]],
+            recompute_num_layers=opt(self.recompute_layers[i]), sp=bool(self.sp[i]) if self.tp[i] > 1 else None,
+            tp_overlap=bool(self.tp_overlap[i]) if self.sp[i] else None, schedule=SCHEDULE[self.schedule[i]],
+            cp_algo=CP_ALGO[self.cp_algo[i]], order=ORDER[self.order[i]],
+            first_stage_layers=opt(self.first[i]), last_stage_layers=opt(self.last[i]),
+        )
+
+    def take(self, index: np.ndarray) -> "PlanTable":
+        return PlanTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def vmap(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
+    """Apply a scalar function to each row of the columns, calling it once per distinct row.
+
+    The cost model's primitives (a GEMM's time, a collective's time, a group's placement) are
+    scalar functions of a few arguments that take few distinct values across a plan space;
+    this keeps one implementation of each while the search evaluates millions of rows.
+    """
+    arrays = np.broadcast_arrays(*[np.asarray(c, dtype=np.float64) for c in columns])
+    stacked = np.stack([a.ravel() for a in arrays], axis=1)
+    unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    values = np.fromiter((fn(*row) for row in unique.tolist()), dtype=np.float64, count=len(unique))
+    return values[inverse.ravel()].reshape(arrays[0].shape)
