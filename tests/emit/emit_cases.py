@@ -1,0 +1,49 @@
+"""Jobs for the emitter tests: presets with a fixed, hand-made estimate, so golden files depend
+on the emitters only (not on the cost model's coefficients), and the fixed golden plans."""
+
+from __future__ import annotations
+
+from autopar.emit.common import EmitJob
+from autopar.specs import TrainingSpec, load_cluster, load_model, parse_plan
+from autopar.specs.estimate import Bottleneck, Estimate
+from autopar.specs.training import Precision
+
+TEST_VERSION = "0.0.0-test"
+
+
+def fixed_estimate(plan_text: str, num_gpus: int, dp: int, m: int, stages: list[int]) -> Estimate:
+    """Round numbers that stand in for the cost model in headers."""
+    return Estimate(
+        plan=plan_text, feasible=True, reasons=[], num_gpus=num_gpus, dp=dp, num_microbatches=m, stage_layers=stages,
+        step_seconds=10.0, tokens_per_second=1.0e6, tokens_per_second_per_gpu=1.0e6 / num_gpus,
+        model_flops_per_step=1.0e18, hardware_flops_per_step=1.2e18, model_tflops_per_gpu=400.0, mfu=0.4, hfu=0.48,
+        bubble_fraction=0.05, memory_bytes_per_gpu=60.0e9, memory_capacity_bytes=80.0e9, worst_stage=0,
+        memory_breakdown={"total": 60.0e9}, time_breakdown={"total": 10.0}, bottleneck=Bottleneck.compute,
+    )
+
+
+def make_job(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int, plan: str,
+             precision: str = "bf16", **training) -> EmitJob:
+    spec = load_model(model)
+    clus = load_cluster(cluster).with_gpus(gpus)
+    train = TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision), **training)
+    p = parse_plan(plan)
+    dp = gpus // (p.tp * p.cp * p.pp)
+    m = global_batch // (dp * p.mbs) if global_batch % (dp * p.mbs) == 0 else 0
+    try:
+        stages = p.layers_per_stage(spec.num_layers)
+    except ValueError:
+        stages = []
+    return EmitJob(spec, clus, train, p, fixed_estimate(p.text(), gpus, dp, m, stages), rank=1, version=TEST_VERSION)
+
+
+# The six golden plans of issue 5, plus MLA with uneven stages.
+GOLDEN_CASES = {
+    "dense_1f1b": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=2,pp=2,mbs=2,zero=1,recompute=none"),
+    "interleaved_vpp": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,zero=1,recompute=selective"),
+    "gqa_sp": ("llama3-405b", "dgx-h100-superpod", 1024, 8192, 1024, "tp=8,sp=on,pp=16,zero=1,recompute=selective"),
+    "long_context_cp": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=4,cp=4,cp_algo=ring,zero=1,recompute=full"),
+    "moe_ep_etp": ("mixtral-8x7b", "dgx-h100", 64, 4096, 512, "tp=4,pp=2,ep=4,etp=2,zero=1,recompute=selective"),
+    "fsdp_zero3": ("llama3-8b", "dgx-h100", 16, 8192, 128, "tp=1,pp=1,zero=3,recompute=full"),
+    "mla_uneven": ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64,zero=1,recompute=full"),
+}

@@ -1,0 +1,52 @@
+"""Golden files for fixed plans x formats: tests/golden/emit/<case>/<format>/<artefact>, or
+REFUSED.txt holding the refusal. Regenerate with AUTOPAR_UPDATE_GOLDEN=1 (or
+`pytest tests/emit --update-golden`) and review the diff."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autopar.emit import FORMATS, RuleViolation, emit
+from emit_cases import GOLDEN_CASES
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "emit"
+
+
+def rendered(job, fmt: str) -> dict[str, str]:
+    try:
+        return {art.name: art.text for art in emit(job, fmt)}
+    except RuleViolation as exc:
+        return {"REFUSED.txt": str(exc) + "\n"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden(case, fmt, golden_job, update_golden):
+    files = rendered(golden_job(case), fmt)
+    folder = GOLDEN / case / fmt
+    if update_golden:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        return
+    assert folder.is_dir(), f"no golden files in {folder}; run with AUTOPAR_UPDATE_GOLDEN=1"
+    expected = {p.name: p.read_text() for p in folder.iterdir()}
+    assert sorted(files) == sorted(expected)
+    for name, text in files.items():
+        assert text == expected[name], f"{case}/{fmt}/{name} differs from the golden file"
+
+
+def test_every_artefact_has_the_header(golden_job):
+    """Plan, step time, tokens/s, MFU, memory per GPU and the version in every artefact."""
+    for case in GOLDEN_CASES:
+        for fmt in FORMATS:
+            for name, text in rendered(golden_job(case), fmt).items():
+                if name == "REFUSED.txt":
+                    continue
+                for needle in ("plan:", "predicted step time 10.000 s", "1,000,000 tokens/s", "MFU 40.0%",
+                               "memory 60.00 GB per GPU", "autopar 0.0.0-test"):
+                    assert needle in text, f"{case}/{fmt}/{name} lacks {needle!r}"

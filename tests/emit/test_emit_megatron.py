@@ -1,0 +1,165 @@
+"""Megatron-LM emitter: the script passes `bash -n`, parses back to the same plan and training
+spec, and Megatron's own rules refuse bad plans by name."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from autopar.emit import RuleViolation
+from autopar.emit.common import Rules, canonical_plan, training_key
+from autopar.emit.megatron import emit_megatron, megatron_argv, stage_layout_string
+from autopar.emit.megatron_parse import layout_stage_layers, parse_megatron_script
+from autopar.emit.megatron_rules import validate_megatron
+from emit_cases import GOLDEN_CASES, make_job
+
+ROUND_TRIPS = {
+    **GOLDEN_CASES,
+    "layout_vpp_uneven": ("llama3-405b", "dgx-h100-superpod", 1024, 8192, 1024, "tp=8,pp=16,vpp=2,zero=1,recompute=selective"),
+    "hybrid_cp": ("llama3-8b", "dgx-h100", 64, 65536, 16, "tp=2,cp=8,cp_algo=hybrid,zero=1,recompute=full"),
+    "ulysses_cp": ("llama3-8b", "dgx-h100", 16, 32768, 16, "tp=1,cp=4,cp_algo=ulysses,zero=0"),
+    "zero2_fsdp": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=2,recompute=selective"),
+    "pp_dp_order": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=2,etp=1,order=tp-cp-ep-pp-dp"),
+    "hsdp_shard": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1,zero_shard_size=8"),
+    "block_recompute": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,recompute=full,recompute_num_layers=10"),
+    "no_tp_overlap": ("llama3-70b", "dgx-h100", 64, 8192, 64, "tp=8,pp=2,tp_overlap=off,zero=0"),
+}
+TRAINING_VARIANTS = {
+    "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
+    "fp8_blackwell": ("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1", "fp8"),
+    "fp16": ("gpt3-175b", "dgx-h100", 64, 2048, 64, "tp=8,pp=8,zero=1", "fp16"),
+}
+
+
+def script_of(job) -> str:
+    return emit_megatron(job)[0].text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
+def test_script_passes_bash_n(case, tmp_path):
+    path = tmp_path / "launch.sh"
+    path.write_text(script_of(make_job(*ROUND_TRIPS[case])))
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
+def test_round_trip_plan_and_training(case):
+    job = make_job(*ROUND_TRIPS[case])
+    plan, training = parse_megatron_script(script_of(job))
+    assert canonical_plan(plan, job.model, job.num_gpus) == canonical_plan(job.plan, job.model, job.num_gpus)
+    assert training_key(training) == training_key(job.training)
+
+
+@pytest.mark.parametrize("case", sorted(TRAINING_VARIANTS))
+def test_round_trip_precision(case):
+    model, cluster, gpus, seq, gbs, plan, precision = TRAINING_VARIANTS[case]
+    job = make_job(model, cluster, gpus, seq, gbs, plan, precision, grad_reduce_bytes_per_param=4.0, grad_bytes_per_param=4.0)
+    parsed_plan, training = parse_megatron_script(script_of(job))
+    assert training_key(training) == training_key(job.training)
+    assert canonical_plan(parsed_plan, job.model, gpus) == canonical_plan(job.plan, job.model, gpus)
+
+
+def test_vpp_uses_virtual_stages_flag_never_the_missing_one():
+    text = script_of(make_job(*GOLDEN_CASES["interleaved_vpp"]))
+    assert "--num-virtual-stages-per-pipeline-rank 5" in text
+    assert "--virtual-pipeline-model-parallel-size" not in text
+
+
+def test_uneven_stages_emit_first_and_last():
+    text = script_of(make_job(*GOLDEN_CASES["gqa_sp"]))  # 126 layers on 16 stages: 7 + 14 x 8 + 7
+    assert "--decoder-first-pipeline-num-layers 7" in text
+    assert "--decoder-last-pipeline-num-layers 7" in text
+
+
+def test_layout_string_round_trips():
+    stages = [7] + [8] * 14 + [7]
+    layout = stage_layout_string(stages, 2)
+    assert layout.startswith("Et*4|") and layout.endswith("t*3L")
+    assert layout_stage_layers(layout, 16) == (stages, 2)
+
+
+@pytest.mark.parametrize("cluster, expect", [("dgx-h100", True), ("dgx-b200", False)])
+def test_max_connections_only_before_blackwell(cluster, expect):
+    text = script_of(make_job("llama3-8b", cluster, 16, 4096, 64, "tp=2"))
+    assert ("export CUDA_DEVICE_MAX_CONNECTIONS=1" in text) is expect
+
+
+def test_fsdp_unsets_max_connections():
+    text = script_of(make_job(*GOLDEN_CASES["fsdp_zero3"]))
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text and "--ckpt-format fsdp_dtensor" in text
+
+
+def test_moe_and_mla_flags():
+    text = script_of(make_job(*GOLDEN_CASES["mla_uneven"]))
+    for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
+                 "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--num-experts 256", "--moe-router-topk 8",
+                 "--moe-layer-freq '([0]*3+[1]*58)'", "--moe-shared-expert-intermediate-size 2048",
+                 "--expert-model-parallel-size 64"):
+        assert flag in text
+    assert "--group-query-attention" not in text
+
+
+BAD_PLANS = [
+    # (model, cluster, gpus, seq, gbs, plan, rule named in the refusal)
+    ("llama3-8b", "dgx-h100", 24, 4096, 48, "tp=3", "num_attention_heads % TP == 0"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 100, "tp=2", "GBS % (MBS * DP) == 0"),
+    ("llama3-70b", "dgx-h100", 64, 8192, 12, "tp=8,pp=4,vpp=5", "interleaved: num_microbatches % group_size"),
+    ("llama3-8b", "dgx-h100", 16, 4100, 16, "tp=1,cp=4", "seq_length % (2*CP) == 0"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,vpp=3", "(num_layers / PP) % VPP == 0"),
+    ("gpt3-175b", "dgx-h100", 64, 4096, 64, "tp=8,pp=8", "max_position_embeddings >= seq_length"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,schedule=gpipe", "schedule in {1f1b, interleaved}"),
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,order=tp-cp-ep-pp-dp", "expert_dp == dp"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,recompute=full,recompute_num_layers=3,vpp=2", "recompute-num-layers per model chunk"),
+]
+
+
+@pytest.mark.parametrize("model, cluster, gpus, seq, gbs, plan, rule", BAD_PLANS, ids=[b[-1] for b in BAD_PLANS])
+def test_refuses_bad_plans_naming_the_rule(model, cluster, gpus, seq, gbs, plan, rule):
+    with pytest.raises(RuleViolation) as info:
+        emit_megatron(make_job(model, cluster, gpus, seq, gbs, plan))
+    assert rule in str(info.value)
+    assert info.value.framework == "megatron" and info.value.field == "plan"
+
+
+def _check(argv, world=16, env=None, cc=9.0):
+    return [v.rule for v in validate_megatron(argv, world, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if env is None else env, cc, Rules("megatron")).found]
+
+
+BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096",
+        "--max-position-embeddings", "4096", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16"]
+
+
+@pytest.mark.parametrize("extra, env, rule", [
+    (["--tensor-model-parallel-size", "2"], {}, "CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 before Blackwell"),
+    (["--use-megatron-fsdp"], None, "Megatron-FSDP only supports ckpt format fsdp_dtensor"),
+    (["--overlap-param-gather"], None, "--overlap-param-gather needs the distributed optimizer"),
+    (["--num-experts", "8", "--expert-tensor-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"], None,
+     "MoE with linear bias needs ETP == 1"),
+    (["--num-experts", "8", "--expert-model-parallel-size", "3", "--disable-bias-linear"], None, "num_experts % EP == 0"),
+    (["--recompute-granularity", "full"], None, "full recompute needs --recompute-method and --recompute-num-layers"),
+    (["--fp16"], None, "bf16 and fp16 are mutually exclusive"),
+    (["--tensor-model-parallel-size", "2", "--tp-comm-overlap"], None, "--tp-comm-overlap requires --sequence-parallel"),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"], None, "a2a+p2p needs hierarchical CP sizes"),
+    (["--num-layers-per-virtual-pipeline-stage", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+      "--pipeline-model-parallel-size", "2"], None, "at most one VPP option"),
+    (["--group-query-attention", "--num-query-groups", "8", "--multi-latent-attention"], None, "MLA and GQA are mutually exclusive"),
+    (["--num-experts", "8", "--moe-router-topk", "1", "--disable-bias-linear"], None, "topk 1 with softmax scoring requires --moe-router-pre-softmax"),
+])
+def test_validator_rules_on_arguments(extra, env, rule):
+    assert any(rule in found for found in _check(BASE + extra, env=env))
+
+
+def test_valid_arguments_pass_and_blackwell_needs_no_env():
+    assert _check(BASE) == []
+    assert _check(BASE + ["--tensor-model-parallel-size", "2"], env={}, cc=10.0) == []
+
+
+def test_emitted_argv_is_valid_for_every_golden_case():
+    for case in GOLDEN_CASES:
+        job = make_job(*GOLDEN_CASES[case])
+        assert megatron_argv(job)
+        emit_megatron(job)  # would raise RuleViolation
