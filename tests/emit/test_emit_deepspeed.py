@@ -1,0 +1,92 @@
+"""DeepSpeed emitter: ds_config.json parses back to the plan and training spec; plans DeepSpeed
+cannot run are refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from autopar.emit import RuleViolation
+from autopar.emit.common import Rules, canonical_plan, training_key
+from autopar.emit.deepspeed import emit_deepspeed, parse_deepspeed_config, validate_config
+from emit_cases import make_job
+
+GOOD = {
+    "zero3_full": ("llama3-8b", "dgx-h100", 16, 8192, 128, "tp=1,zero=3,recompute=full"),
+    "zero1_pp": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=1,pp=2,mbs=2,zero=1"),
+    "zero0_pp_uneven": ("llama3-405b", "dgx-h100-superpod", 1024, 4096, 1024, "tp=1,pp=16,zero=0,recompute=full"),
+    "zero2": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=2,recompute=full,recompute_num_layers=16"),
+    "ulysses": ("llama3-8b", "dgx-h100", 16, 32768, 16, "tp=1,cp=4,cp_algo=ulysses,zero=3"),
+    "moe_autoep": ("mixtral-8x7b", "dgx-h100", 16, 4096, 64, "tp=1,ep=8,zero=1"),
+}
+
+
+def config_of(job) -> dict:
+    return json.loads(emit_deepspeed(job)[0].text)
+
+
+@pytest.mark.parametrize("case", sorted(GOOD))
+def test_round_trip(case):
+    job = make_job(*GOOD[case])
+    plan, training = parse_deepspeed_config(config_of(job), job.num_gpus, job.model.num_layers)
+    assert canonical_plan(plan, job.model, job.num_gpus) == canonical_plan(job.plan, job.model, job.num_gpus)
+    assert training_key(training) == training_key(job.training)
+
+
+def test_round_trip_fp16_fp32_reduce():
+    job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1", "fp16", grad_reduce_bytes_per_param=4.0)
+    config = config_of(job)
+    assert config["fp16"]["enabled"] and "bf16" not in config and config["communication_data_type"] == "fp32"
+    assert training_key(parse_deepspeed_config(config, 16, 32)[1]) == training_key(job.training)
+
+
+def test_batch_keys_and_pipeline_section():
+    config = config_of(make_job(*GOOD["zero1_pp"]))
+    # 256 = micro 2 * gradient accumulation 16 * dp 8 (16 GPUs / 2 stages)
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]) == (256, 2, 16)
+    assert config["pipeline"]["stages"] == 2 and config["zero_optimization"]["stage"] == 1
+    assert config["_autopar"]["plan"].startswith("tp=1,pp=2")
+
+
+def test_launcher_passes_bash_n(tmp_path):
+    script = emit_deepspeed(make_job(*GOOD["zero3_full"]))[1]
+    path = tmp_path / script.name
+    path.write_text(script.text)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    assert "--deepspeed_config" in script.text and "--num_gpus" in script.text
+
+
+REFUSED = [
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2", "bf16", "tp == 1 without Megatron-DeepSpeed"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,zero=3", "bf16", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,zero=2", "bf16", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1", "fp8", "precision in {bf16, fp16}"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,recompute=selective", "bf16", "recompute in {none, full}"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=3,zero_shard_size=8", "bf16", "no hybrid-sharded ZeRO"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=2,cp_algo=ring", "bf16", "context parallel = Ulysses"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,vpp=2", "bf16", "pipeline schedule = 1F1B"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 60, "tp=1", "bf16", "train_batch_size == micro_batch * gradient_accumulation_steps * dp_world_size"),
+]
+
+
+@pytest.mark.parametrize("model, cluster, gpus, seq, gbs, plan, precision, rule", REFUSED, ids=[r[-1][:40] for r in REFUSED])
+def test_refuses_with_the_rule(model, cluster, gpus, seq, gbs, plan, precision, rule):
+    with pytest.raises(RuleViolation) as info:
+        emit_deepspeed(make_job(model, cluster, gpus, seq, gbs, plan, precision))
+    assert rule in str(info.value) and info.value.framework == "deepspeed"
+
+
+@pytest.mark.parametrize("change, rule", [
+    ({"train_batch_size": 100}, "train_batch_size == micro_batch * gradient_accumulation_steps * dp_world_size"),
+    ({"fp16": {"enabled": True}}, "bf16 and fp16 not both enabled"),
+    ({"zero_optimization": {"stage": 3, "mics_shard_size": 8}}, "no unknown or removed keys"),
+    ({"zero_optimization": {"stage": 2}, "pipeline": {"stages": 2}}, "ZeRO-2 and ZeRO-3 are incompatible"),
+    ({"expert_parallel": {"enabled": True, "autoep_size": 8, "expert_tensor_parallel_size": 2}}, "AutoEP expert_tensor_parallel_size must be 1"),
+])
+def test_validator_on_config_dicts(change, rule):
+    config = config_of(make_job(*GOOD["zero3_full"]))
+    config.update(change)
+    found = [v.rule for v in validate_config(config, 16, Rules("deepspeed")).found]
+    assert any(rule in f for f in found), found
