@@ -1,69 +1,120 @@
 """Structural rules a plan must satisfy before it can be costed (DESIGN.md 'The plan space';
-shared/reference/launchers.md 1.4 for Megatron-LM's own checks). Each violation names the
-field, its value and the rule."""
+shared/reference/launchers.md 1.4 for Megatron-LM's own checks). Each rule is written once,
+over PlanTable columns: the search filters whole spaces with it, and a single plan gets the
+rule's message naming the field, its value and the rule."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from autopar.cost.table import CP_ALGO, NONE, PlanTable, SCHEDULE
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Plan, Schedule
+from autopar.specs.plan import CpAlgo, Plan, Schedule, stage_layout
 from autopar.specs.training import TrainingSpec
+from autopar.errors import InputError
+
+ULYSSES = CP_ALGO.index(CpAlgo.ulysses)
+INTERLEAVED = SCHEDULE.index(Schedule.interleaved)
+ZERO_BUBBLE = SCHEDULE.index(Schedule.zero_bubble)
+
+
+@dataclass(frozen=True)
+class Rule:
+    field: str
+    column: str
+    broken: Callable[[ModelSpec, ClusterSpec, TrainingSpec, PlanTable], np.ndarray]
+    message: Callable[[ModelSpec, TrainingSpec, dict], str]
+
+
+def _vpp_breaks_layout(model: ModelSpec, tab: PlanTable) -> np.ndarray:
+    """vpp must divide the layers of every stage (Megatron: per-rank layers % vpp == 0)."""
+    out = np.zeros(len(tab), dtype=bool)
+    keys = np.stack([tab.pp, tab.first, tab.last], axis=1)
+    for pp, first, last in np.unique(keys, axis=0).tolist():
+        rows = (tab.pp == pp) & (tab.first == first) & (tab.last == last)
+        if pp > model.num_layers:
+            out |= rows
+            continue
+        try:
+            layout = np.array(stage_layout(model.num_layers, pp, None if first == NONE else first, None if last == NONE else last))
+        except InputError:
+            out |= rows
+            continue
+        out |= rows & np.any(layout[None, :] % tab.vpp[:, None] != 0, axis=1)
+    return out
+
+
+def _microbatches(training: TrainingSpec, tab: PlanTable) -> np.ndarray:
+    return training.global_batch_size // (tab.dp * tab.mbs)
+
+
+RULES: list[Rule] = [
+    Rule("plan.tp", "tp", lambda m, c, tr, t: m.num_attention_heads % t.tp != 0,
+         lambda m, tr, r: f"must divide num_attention_heads={m.num_attention_heads}"),
+    Rule("plan.tp", "tp", lambda m, c, tr, t: (m.mla is None) & (m.kv_heads % t.tp != 0) & (t.tp % m.kv_heads != 0),
+         lambda m, tr, r: f"num_kv_heads={m.kv_heads} and tp must divide one another"),
+    Rule("plan.tp", "tp", lambda m, c, tr, t: m.ffn_hidden_size % t.tp != 0,
+         lambda m, tr, r: f"must divide ffn_hidden_size={m.ffn_hidden_size}"),
+    Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (tr.seq_len % (2 * t.cp) != 0),
+         lambda m, tr, r: f"seq_len={tr.seq_len} must divide by 2*cp (causal load balance)"),
+    Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (t.cp_algo == ULYSSES) & ((m.num_attention_heads % t.cp != 0) | (t.cp > m.kv_heads)),
+         lambda m, tr, r: f"ulysses needs num_attention_heads={m.num_attention_heads} % cp == 0 and cp <= num_kv_heads={m.kv_heads}"),
+    Rule("plan.sp", "sp", lambda m, c, tr, t: (t.sp == 1) & ((tr.seq_len // t.cp) % t.tp != 0),
+         lambda m, tr, r: f"seq_len/cp={tr.seq_len // r['cp']} must divide by tp={r['tp']}"),
+    Rule("plan.ep", "ep", lambda m, c, tr, t: (not m.is_moe) & ((t.ep > 1) | (t.etp != t.tp)),
+         lambda m, tr, r: "expert parallelism needs a MoE model (num_experts > 0)"),
+    Rule("plan.ep", "ep", lambda m, c, tr, t: m.is_moe & (max(m.num_experts, 1) % t.ep != 0),
+         lambda m, tr, r: f"must divide num_experts={m.num_experts}"),
+    Rule("plan.ep", "ep", lambda m, c, tr, t: m.is_moe & ((t.dp * t.cp * t.tp) % (t.ep * t.etp) != 0),
+         lambda m, tr, r: f"ep*etp={r['ep'] * r['etp']} must divide dp*cp*tp={r['dp'] * r['cp'] * r['tp']} (experts borrow data-parallel ranks)"),
+    Rule("plan.etp", "etp", lambda m, c, tr, t: m.is_moe & ((m.moe_ffn_hidden_size or 1) % t.etp != 0),
+         lambda m, tr, r: f"must divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}"),
+    Rule("plan.pp", "pp", lambda m, c, tr, t: t.pp > m.num_layers,
+         lambda m, tr, r: f"more stages than num_layers={m.num_layers}"),
+    Rule("plan.vpp", "vpp", lambda m, c, tr, t: _vpp_breaks_layout(m, t),
+         lambda m, tr, r: "must divide the layers of every pipeline stage"),
+    Rule("plan.mbs", "mbs", lambda m, c, tr, t: tr.global_batch_size % (t.dp * t.mbs) != 0,
+         lambda m, tr, r: f"global_batch_size={tr.global_batch_size} must divide by dp({r['dp']}) * mbs({r['mbs']})"),
+    Rule("plan.vpp", "vpp", lambda m, c, tr, t: (t.schedule == INTERLEAVED) & ((_microbatches(tr, t) % t.pp != 0) | (_microbatches(tr, t) < t.pp)),
+         lambda m, tr, r: f"interleaved schedule needs micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) % pp({r['pp']}) == 0 and >= pp"),
+    Rule("plan.schedule", "schedule", lambda m, c, tr, t: (t.schedule == ZERO_BUBBLE) & (_microbatches(tr, t) < 2 * t.pp),
+         lambda m, tr, r: f"zero-bubble (ZB-H2) fills the bubble only with micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) >= 2 * pp({r['pp']})"),
+    Rule("plan.zero", "zero", lambda m, c, tr, t: (t.zero >= 2) & (t.pp > 1),
+         lambda m, tr, r: "ZeRO-2/3 with pp > 1 is not offered by the frameworks (DeepSpeed rejects it)"),
+    Rule("plan.zero_shard_size", "shard", lambda m, c, tr, t: (t.shard > 0) & ((t.dp * t.cp) % np.maximum(t.shard, 1) != 0),
+         lambda m, tr, r: f"must divide dp*cp={r['dp'] * r['cp']}"),
+    Rule("plan.recompute_num_layers", "recompute_layers", lambda m, c, tr, t: (t.recompute_layers > 0) & (t.recompute != 2),
+         lambda m, tr, r: "needs recompute=full"),
+    Rule("precision", "tp", lambda m, c, tr, t: np.full(len(t), tr.precision.value not in ("bf16", "fp16") and not c.gpu.supports(tr.precision.value)),
+         lambda m, tr, r: f"the GPU has no {tr.precision.value} tensor cores"),
+]
+
+
+def legal_mask(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tab: PlanTable) -> np.ndarray:
+    """True for the rows that break no rule (the product tp*cp*pp*dp = N is the caller's)."""
+    ok = np.ones(len(tab), dtype=bool)
+    for rule in RULES:
+        ok &= ~np.asarray(rule.broken(model, cluster, training, tab), dtype=bool)
+    return ok
 
 
 def plan_violations(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan) -> list[tuple[str, object, str]]:
     """(field, value, rule) for every broken rule; empty when the plan can be built."""
-    out: list[tuple[str, object, str]] = []
     n = cluster.num_gpus
     mp = plan.tp * plan.cp * plan.pp
     if n % mp:
-        out.append(("plan", plan.text(), f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) = {mp} does not divide GPUs({n})"))
-        return out
-    dp = n // mp
-    if plan.dp is not None and plan.dp != dp:
-        out.append(("plan.dp", plan.dp, f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) * dp({plan.dp}) = {mp * plan.dp} != GPUs({n})"))
-        return out
-    a, g = model.num_attention_heads, model.kv_heads
-    if a % plan.tp:
-        out.append(("plan.tp", plan.tp, f"must divide num_attention_heads={a}"))
-    if model.mla is None and g % plan.tp and plan.tp % g:
-        out.append(("plan.tp", plan.tp, f"num_kv_heads={g} and tp must divide one another"))
-    if model.ffn_hidden_size % plan.tp:
-        out.append(("plan.tp", plan.tp, f"must divide ffn_hidden_size={model.ffn_hidden_size}"))
-    if plan.cp > 1:
-        if training.seq_len % (2 * plan.cp):
-            out.append(("plan.cp", plan.cp, f"seq_len={training.seq_len} must divide by 2*cp (causal load balance)"))
-        if plan.cp_algo == CpAlgo.ulysses and (a % plan.cp or plan.cp > g):
-            out.append(("plan.cp", plan.cp, f"ulysses needs num_attention_heads={a} % cp == 0 and cp <= num_kv_heads={g}"))
-    if plan.sequence_parallel and (training.seq_len // plan.cp) % plan.tp:
-        out.append(("plan.sp", "on", f"seq_len/cp={training.seq_len // plan.cp} must divide by tp={plan.tp}"))
-    if plan.ep > 1 or plan.etp not in (None, plan.tp):
-        if not model.is_moe:
-            out.append(("plan.ep", plan.ep, "expert parallelism needs a MoE model (num_experts > 0)"))
-        else:
-            if model.num_experts % plan.ep:
-                out.append(("plan.ep", plan.ep, f"must divide num_experts={model.num_experts}"))
-            if (dp * plan.cp * plan.tp) % (plan.ep * plan.expert_tp):
-                out.append(("plan.ep", plan.ep, f"ep*etp={plan.ep * plan.expert_tp} must divide dp*cp*tp={dp * plan.cp * plan.tp} (experts borrow data-parallel ranks)"))
-    if model.is_moe and (model.moe_ffn_hidden_size or 0) % plan.expert_tp:
-        out.append(("plan.etp", plan.expert_tp, f"must divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}"))
-    if plan.pp > model.num_layers:
-        out.append(("plan.pp", plan.pp, f"more stages than num_layers={model.num_layers}"))
-    elif plan.vpp > 1:
-        stages = plan.layers_per_stage(model.num_layers)
-        if any(s % plan.vpp for s in stages):
-            out.append(("plan.vpp", plan.vpp, f"must divide the layers of every stage {sorted(set(stages))}"))
-    if training.global_batch_size % (dp * plan.mbs):
-        out.append(("plan.mbs", plan.mbs, f"global_batch_size={training.global_batch_size} must divide by dp({dp}) * mbs({plan.mbs})"))
-    else:
-        m = training.global_batch_size // (dp * plan.mbs)
-        if plan.pipeline_schedule == Schedule.interleaved and (m % plan.pp or m < plan.pp):
-            out.append(("plan.vpp", plan.vpp, f"interleaved schedule needs micro-batches({m}) % pp({plan.pp}) == 0 and >= pp"))
-    if plan.zero >= 2 and plan.pp > 1:
-        out.append(("plan.zero", plan.zero, "ZeRO-2/3 with pp > 1 is not offered by the frameworks (DeepSpeed rejects it)"))
-    if plan.zero_shard_size is not None and (dp * plan.cp) % plan.zero_shard_size:
-        out.append(("plan.zero_shard_size", plan.zero_shard_size, f"must divide dp*cp={dp * plan.cp}"))
-    if plan.recompute_num_layers is not None and plan.recompute.value != "full":
-        out.append(("plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"))
-    if not training.precision.value in ("bf16", "fp16") and not cluster.gpu.supports(training.precision.value):
-        out.append(("precision", training.precision.value, f"{cluster.gpu.name} has no {training.precision.value} tensor cores"))
+        return [("plan", plan.text(), f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) = {mp} does not divide GPUs({n})")]
+    if plan.dp is not None and plan.dp * mp != n:
+        return [("plan.dp", plan.dp, f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) * dp({plan.dp}) = {mp * plan.dp} != GPUs({n})")]
+    tab = PlanTable.from_plans([plan], n)
+    row = {k: int(v[0]) for k, v in tab.columns().items()}
+    out = []
+    for rule in RULES:
+        if bool(np.asarray(rule.broken(model, cluster, training, tab)).reshape(-1)[0]):
+            value = getattr(plan, rule.field.split(".")[-1], None) if rule.field.startswith("plan.") else training.precision.value
+            out.append((rule.field, row.get(rule.column) if value is None else value, rule.message(model, training, row)))
     return out

@@ -91,7 +91,18 @@ def vmap(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
     this keeps one implementation of each while the search evaluates millions of rows.
     """
     arrays = np.broadcast_arrays(*[np.asarray(c, dtype=np.float64) for c in columns])
-    stacked = np.stack([a.ravel() for a in arrays], axis=1)
-    unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    values = np.fromiter((fn(*row) for row in unique.tolist()), dtype=np.float64, count=len(unique))
-    return values[inverse.ravel()].reshape(arrays[0].shape)
+    shape = arrays[0].shape
+    # one integer key per row from per-column codes (1-D uniques sort fast; row-wise don't)
+    key = np.zeros(arrays[0].size, dtype=np.int64)
+    span = 1
+    for a in arrays:
+        values, codes = np.unique(a.ravel(), return_inverse=True)
+        if span * len(values) >= 2**62:  # re-code before the mixed-radix key could overflow
+            key = np.unique(key, return_inverse=True)[1].ravel().astype(np.int64)
+            span = int(key.max()) + 1
+        key = key * len(values) + codes.ravel()
+        span *= len(values)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rows = [[float(a.flat[i]) for a in arrays] for i in first.tolist()]
+    values = np.fromiter((fn(*row) for row in rows), dtype=np.float64, count=len(rows))
+    return values[inverse.ravel()].reshape(shape)
