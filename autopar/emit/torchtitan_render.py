@@ -90,7 +90,6 @@ def cli_overrides(tc: "TitanConfig") -> list[list[str]]:
     out = [_flag("parallelism", k, v) for k, v in parallelism.items()]
     out += [_flag("training", k, v) for k, v in training.items()]
     out += [_flag("compile", k, v) for k, v in tc.compile.items()]
-    out.append([f"activation_checkpoint:{tc.activation_checkpoint}"])  # tyro subcommand, last
     return out
 
 
@@ -119,13 +118,15 @@ CONFIG=${{CONFIG:-{CONFIG_FN}}}
 OVERRIDES=(
 {overrides}
 )
+# tyro reads flags after a subcommand as the subcommand's own, so it goes last
+SUBCOMMAND=(activation_checkpoint:{tc.activation_checkpoint})
 ARGS=(--module "$MODULE" --config "$CONFIG")
-if [ "$MODULE" != {MODULE_NAME} ]; then ARGS+=("${{OVERRIDES[@]}}"); fi
+if [ "$MODULE" = {MODULE_NAME} ]; then OVERRIDES=(); SUBCOMMAND=(); fi
 export PYTHONPATH="$HERE${{PYTHONPATH:+:$PYTHONPATH}}"
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --local-ranks-filter 0 --role rank --tee 3 \\
-  -m torchtitan.train "${{ARGS[@]}}" "$@"
+  -m torchtitan.train "${{ARGS[@]}}" ${{OVERRIDES[@]+"${{OVERRIDES[@]}}"}} "$@" ${{SUBCOMMAND[@]+"${{SUBCOMMAND[@]}}"}}
 """
 
 

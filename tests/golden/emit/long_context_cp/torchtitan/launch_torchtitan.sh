@@ -40,12 +40,13 @@ OVERRIDES=(
   --training.max_context_length 131072
   --compile.enable
   --compile.enable_async_tensor_parallel
-  activation_checkpoint:full
 )
+# tyro reads flags after a subcommand as the subcommand's own, so it goes last
+SUBCOMMAND=(activation_checkpoint:full)
 ARGS=(--module "$MODULE" --config "$CONFIG")
-if [ "$MODULE" != autopar_torchtitan ]; then ARGS+=("${OVERRIDES[@]}"); fi
+if [ "$MODULE" = autopar_torchtitan ]; then OVERRIDES=(); SUBCOMMAND=(); fi
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --local-ranks-filter 0 --role rank --tee 3 \
-  -m torchtitan.train "${ARGS[@]}" "$@"
+  -m torchtitan.train "${ARGS[@]}" ${OVERRIDES[@]+"${OVERRIDES[@]}"} "$@" ${SUBCOMMAND[@]+"${SUBCOMMAND[@]}"}

@@ -18,6 +18,6 @@ TRAIN_SCRIPT=${TRAIN_SCRIPT:-train.py}
 HOSTFILE_ARGS=()
 if [ "$NNODES" -gt 1 ]; then HOSTFILE_ARGS=(--hostfile "${HOSTFILE:-hostfile}"); fi
 
-exec deepspeed "${HOSTFILE_ARGS[@]}" --num_nodes "$NNODES" --num_gpus "$GPUS_PER_NODE" \
+exec deepspeed ${HOSTFILE_ARGS[@]+"${HOSTFILE_ARGS[@]}"} --num_nodes "$NNODES" --num_gpus "$GPUS_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
   "$TRAIN_SCRIPT" --deepspeed --deepspeed_config "$HERE/ds_config.json" "$@"
