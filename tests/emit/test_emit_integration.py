@@ -158,3 +158,45 @@ def test_torchtitan_overrides_parse_on_the_stock_config(case, titan, tmp_path):
     assert config.parallelism.context_parallel_degree == job.plan.cp
     assert {g[0].split(".", 1)[-1] for g in dropped} <= head_only
     assert type(config.activation_checkpoint).__qualname__.split(".")[0] == {"selective": "SelectiveAC", "full": "FullAC"}[subcommand.split(":")[1]]
+
+
+@pytest.fixture(scope="module")
+def transformer_config():
+    pytest.importorskip("torch")
+    module = pytest.importorskip("megatron.core.transformer.transformer_config")
+    return module
+
+
+def _core_fields(job, module) -> dict:
+    """The Bridge cfg.model overrides that are TransformerConfig fields (the provider adds
+    seq_length, vocab_size and max_position_embeddings)."""
+    import dataclasses
+
+    import torch
+
+    from autopar.emit.bridge import bridge_overrides
+
+    names = {f.name for f in dataclasses.fields(module.TransformerConfig)}
+    fields = {k.split(".", 1)[1]: v for k, v in bridge_overrides(job).items() if k.startswith("model.")}
+    fields = {k: v for k, v in fields.items() if k in names}
+    if fields.get("pipeline_dtype") == "torch.bfloat16":
+        fields["pipeline_dtype"] = torch.bfloat16
+    fields.update(bf16=True, params_dtype=torch.bfloat16, add_bias_linear=False)  # --disable-bias-linear
+    return fields
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_megatron_core_accepts_bridge_model_overrides(case, transformer_config):
+    """Megatron Core's TransformerConfig.__post_init__ (recompute, uneven PP, VPP, MoE, CP rules)."""
+    job = make_job(*GOLDEN_CASES[case])
+    cls = transformer_config.MLATransformerConfig if job.model.mla else transformer_config.TransformerConfig
+    config = cls(**_core_fields(job, transformer_config))
+    assert config.tensor_model_parallel_size == job.plan.tp and config.num_layers == job.model.num_layers
+
+
+def test_megatron_core_rejects_expert_tp_with_bias(transformer_config):
+    """The rule our validator names 'MoE with linear bias needs ETP == 1' is Megatron Core's too."""
+    job = make_job(*GOLDEN_CASES["moe_ep_etp"])
+    fields = {**_core_fields(job, transformer_config), "add_bias_linear": True}
+    with pytest.raises((AssertionError, ValueError)):
+        transformer_config.TransformerConfig(**fields)
