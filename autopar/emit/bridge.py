@@ -94,12 +94,20 @@ def _model_overrides(job: EmitJob) -> dict:
     o.update({"model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size, "model.ffn_hidden_size": m.ffn_hidden_size,
               "model.num_attention_heads": m.num_attention_heads, "model.vocab_size": m.vocab_size,
               "model.max_position_embeddings": max_position_embeddings(m, t.seq_len)})
+    o["model.gated_linear_unit"] = m.gated_mlp
+    o["model.share_embeddings_and_output_weights"] = m.tied_embeddings
     if m.mla is None:
         o["model.num_query_groups"] = m.kv_heads
         o["model.kv_channels"] = m.head_size
+    else:  # MLATransformerConfig names
+        o.update({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
+                  "model.qk_head_dim": m.mla.qk_nope_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_rope_head_dim,
+                  "model.v_head_dim": m.mla.v_head_dim})
     if m.is_moe:
         o.update({"model.num_moe_experts": m.num_experts, "model.moe_router_topk": m.moe_top_k,
-                  "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size})
+                  "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+                  "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_ffn_size or None,
+                  "model.moe_layer_freq": [int(m.is_moe_layer(i)) for i in range(m.num_layers)]})
     return o
 
 
@@ -175,7 +183,7 @@ def _yaml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return "[" + ", ".join(map(str, value)) + "]"
+        return "[" + ", ".join(map(str, value)) + "]"  # flow style: ints only
     if isinstance(value, str):
         return f'"{value}"'
     return str(value)
@@ -206,6 +214,9 @@ def render_script(job: EmitJob, o: dict) -> str:
     module, fn = recipe_for(job)
     notes = [f"Recipe: {module}.{fn}(); the overrides below resize and re-plan it.",
              "Launch with launch_megatron_bridge.sh (torchrun on every node)."]
+    if job.model.name not in RECIPES:
+        notes.append(f"No Megatron-Bridge recipe for {job.model.name}: check the settings autopar does not model "
+                     "(normalization, qk-layernorm, router scoring, RoPE) against your checkpoint.")
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
     return f'''{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 """Megatron-Bridge pretraining with the autopar plan applied to the {fn} recipe."""

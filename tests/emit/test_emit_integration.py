@@ -176,7 +176,8 @@ def _core_fields(job, module) -> dict:
 
     from autopar.emit.bridge import bridge_overrides
 
-    names = {f.name for f in dataclasses.fields(module.TransformerConfig)}
+    cls = module.MLATransformerConfig if job.model.mla else module.TransformerConfig
+    names = {f.name for f in dataclasses.fields(cls)}
     fields = {k.split(".", 1)[1]: v for k, v in bridge_overrides(job).items() if k.startswith("model.")}
     fields = {k: v for k, v in fields.items() if k in names}
     if fields.get("pipeline_dtype") == "torch.bfloat16":

@@ -33,6 +33,8 @@ OVERRIDES = {
     'model.num_attention_heads': 64,
     'model.vocab_size': 128256,
     'model.max_position_embeddings': 8192,
+    'model.gated_linear_unit': True,
+    'model.share_embeddings_and_output_weights': False,
     'model.num_query_groups': 8,
     'model.kv_channels': 128,
     'train.micro_batch_size': 1,

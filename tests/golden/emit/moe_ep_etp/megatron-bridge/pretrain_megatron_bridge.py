@@ -7,6 +7,7 @@
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Recipe: megatron.bridge.recipes.qwen.qwen3_30b_a3b_pretrain_config(); the overrides below resize and re-plan it.
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
+# note: No Megatron-Bridge recipe for mixtral-8x7b: check the settings autopar does not model (normalization, qk-layernorm, router scoring, RoPE) against your checkpoint.
 """Megatron-Bridge pretraining with the autopar plan applied to the qwen3_30b_a3b_pretrain_config recipe."""
 
 import torch
@@ -35,11 +36,15 @@ OVERRIDES = {
     'model.num_attention_heads': 32,
     'model.vocab_size': 32000,
     'model.max_position_embeddings': 32768,
+    'model.gated_linear_unit': True,
+    'model.share_embeddings_and_output_weights': False,
     'model.num_query_groups': 8,
     'model.kv_channels': 128,
     'model.num_moe_experts': 8,
     'model.moe_router_topk': 2,
     'model.moe_ffn_hidden_size': 14336,
+    'model.moe_shared_expert_intermediate_size': None,
+    'model.moe_layer_freq': [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'train.micro_batch_size': 1,
     'train.global_batch_size': 512,
     'train.train_iters': 1000,
