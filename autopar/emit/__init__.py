@@ -49,4 +49,9 @@ def write_artefacts(artefacts: list[Artefact], out_dir: str | Path) -> list[Path
     return paths
 
 
-__all__ = ["Artefact", "EmitJob", "FORMATS", "RuleViolation", "Violation", "canonical_plan", "emit", "job_from_results", "write_artefacts"]
+def emit_results(results, fmt: str, out_dir: str | Path, rank: int = 1) -> list[Path]:
+    """Write the artefacts of the rank-th plan of a Results object (for `autopar search --emit`)."""
+    return write_artefacts(emit(job_from_results(results, rank), fmt), out_dir)
+
+
+__all__ = ["Artefact", "EmitJob", "FORMATS", "RuleViolation", "Violation", "canonical_plan", "emit", "emit_results", "job_from_results", "write_artefacts"]

@@ -7,7 +7,6 @@ the CPU torch wheel; torchtitan's model modules also import triton).
 
 from __future__ import annotations
 
-import importlib
 import json
 import shlex
 import sys
@@ -89,15 +88,6 @@ def titan():
     from torchtitan.distributed.parallel_dims import ParallelDims
 
     return ConfigManager, ParallelDims, pipeline_parallel
-
-
-def _load_module(folder, name):
-    sys.path.insert(0, str(folder))
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
 
 
 @pytest.mark.parametrize("case", TITAN_CASES)
