@@ -79,3 +79,12 @@ def test_hidden_plan_options(tmp_path):
 def test_neither_results_nor_plan_is_an_error():
     result = CliRunner().invoke(main, ["emit", "--format", "megatron"])
     assert result.exit_code == 1 and "give a RESULTS.json file" in result.output
+
+
+def test_emit_results_helper_for_search(results_file, tmp_path):
+    from autopar.emit import emit_results
+    from autopar.specs.results import load_results
+
+    paths = emit_results(load_results(results_file), "megatron", tmp_path, rank=2)
+    assert [p.name for p in paths] == ["launch_megatron.sh"]
+    assert "--pipeline-model-parallel-size 8" in paths[0].read_text()
