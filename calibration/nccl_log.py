@@ -79,6 +79,7 @@ class NcclLog:
     avg_busbw_gb_per_s: float | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    algorithm: str | None = None  # set by points files; logs: detected from busbw (calibration/nccl_profile.py)
 
     @property
     def sizes_bytes(self) -> list[int]:

@@ -99,6 +99,9 @@ def collective_seconds(op: Collective, message_bytes: float, group: Group, clust
     n = group.size
     if n <= 1 or message_bytes <= 0:
         return 0.0
+    calibrated = _calibrated_seconds(op, message_bytes, group, cluster, params, sharp)
+    if calibrated is not None:
+        return calibrated
     alpha = step_latency_seconds(cluster, group)
     if op == Collective.send_recv:
         bw = intra_bandwidth(cluster, message_bytes, params, p2p=True) if group.nodes <= 1 else network_bandwidth(cluster, Group(2, 1, 2), message_bytes, params, p2p=True)
@@ -120,6 +123,53 @@ def collective_seconds(op: Collective, message_bytes: float, group: Group, clust
         factor *= 2
         steps *= 2
     return alpha * steps + message_bytes * factor / bw
+
+
+def latency_steps(op: Collective, n: int) -> float:
+    """Latency steps of a collective over n ranks: ring n - 1 (AllReduce = ReduceScatter +
+    AllGather, 2(n - 1)); AllToAll log2 n (pairwise sends issued together); P2P 1."""
+    if op == Collective.all_reduce:
+        return 2.0 * (n - 1)
+    if op in (Collective.all_gather, Collective.reduce_scatter):
+        return float(n - 1)
+    if op == Collective.all_to_all:
+        return math.log2(n)
+    return 1.0
+
+
+def _calibrated_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
+                        sharp: bool | None) -> float | None:
+    """Time from a calibration profile's fitted curve (calibration/nccl_fit.py), or None when
+    the profile has no curve for this collective and tier:
+    t = alpha x steps + S f / B (1 + (half / S)^exponent). Network tier: B is the measured
+    busbw scaled by the group's members per node (the node's NIC share, seed 001 'Коллективные
+    операции между узлами'), over the fabric's oversubscription; alpha x steps grows with n."""
+    cal = params.collectives
+    if cal is None:
+        return None
+    network = group.nodes > 1
+    tier = cal.network if network else cal.intra_node
+    n = group.size
+    gain = 1.0
+    if op == Collective.all_reduce:
+        use_sharp = (cluster.sharp if network else cluster.intra_node.sharp) if sharp is None else sharp
+        # NVLS needs 5+ GPUs (8x H200 sweep, calibration-samples/nccl/nonstandard/h200_b200_nvls_vs_ring_tables_stas00.md)
+        use_sharp = use_sharp and (network or n >= cal.nvls_min_ranks)
+        speedup = cal.sharp_speedup or params.comm.sharp_speedup
+        curve = tier.get("all_reduce_sharp" if use_sharp else "all_reduce") or tier.get("all_reduce" if use_sharp else "all_reduce_sharp")
+        if curve is not None and curve.sharp != use_sharp:
+            gain = speedup if use_sharp else 1.0 / speedup
+    else:
+        curve = tier.get(op.value)
+    if curve is None:
+        return None
+    busbw = curve.busbw_gb_per_s * GB * gain
+    if network and op != Collective.send_recv:
+        oversub = max([t.oversubscription for t in _tiers_spanned(cluster, group.nodes)] or [1.0])
+        busbw *= group.per_node / curve.gpus_per_node / oversub
+    alpha = curve.latency_us_per_step * US if curve.latency_us_per_step is not None else step_latency_seconds(cluster, group)
+    saturation = 1.0 + (curve.half_bandwidth_bytes / message_bytes) ** curve.exponent
+    return alpha * latency_steps(op, n) + message_bytes * busbw_factor(op, n) / busbw * saturation
 
 
 def busbw_factor(op: Collective, n: int) -> float:
