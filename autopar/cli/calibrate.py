@@ -1,0 +1,112 @@
+"""`autopar calibrate nccl|gemm`: fit collective curves and GEMM efficiency, write a profile."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from autopar.cli import main
+from autopar.cli.common import write_atomic
+from autopar.cost.comm import Collective
+from calibration.nccl_log import NcclLog, read_log
+from calibration.nccl_points import is_points_file, read_points
+from calibration.profile import dump_profile, existing_profile, gemm_profile, nccl_profile
+
+OPS = [c.value for c in Collective]
+
+
+def _command() -> str:
+    return "autopar " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and "autopar" in sys.argv[0] else ""
+
+
+@main.group()
+def calibrate() -> None:
+    """Fit cost-model coefficients from measurements and write a calibration profile (YAML).
+
+    Writing into an existing profile replaces only that command's section (collectives or
+    gemm), so one profile can hold both."""
+
+
+def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: str | None) -> list[NcclLog]:
+    logs: list[NcclLog] = []
+    for path in paths:
+        if is_points_file(path):
+            logs.extend(read_points(path))
+            continue
+        log = read_log(path, ranks, nodes, Collective(op) if op else None)
+        for warning in log.warnings:
+            click.echo(f"warning: {Path(path).name}: {warning}", err=True)
+        logs.append(log)
+    return logs
+
+
+def _nccl_table(profile) -> str:
+    lines = [f"{'log':<58} {'collective':<14} {'ranks':>5} {'nodes':>5} {'sizes':>5} {'peak':>7} {'B':>7} {'med err':>8} {'max err':>8}",
+             f"{'':<58} {'':<14} {'':>5} {'':>5} {'':>5} {'GB/s':>7} {'GB/s':>7} {'>=1MiB':>8} {'':>8}"]
+    for f in profile.log_fits:
+        med = "-" if f.median_error is None else f"{100 * f.median_error:.1f}%"
+        lines.append(f"{Path(f.log).name[:58]:<58} {f.collective:<14} {f.num_ranks:>5} {f.num_nodes:>5} {f.num_sizes:>5} "
+                     f"{f.peak_busbw_gb_per_s:>7.1f} {f.busbw_gb_per_s:>7.1f} {med:>8} {100 * f.max_error:>7.1f}%")
+    lines += ["", f"{'tier':<11} {'collective':<15} {'B GB/s':>7} {'half MB':>8} {'exp':>5} {'us/step':>8}  from"]
+    cal = profile.collectives
+    for tier, curves in (("intra_node", cal.intra_node), ("network", cal.network)):
+        for op, c in curves.items():
+            alpha = "-" if c.latency_us_per_step is None else f"{c.latency_us_per_step:.2f}"
+            origin = c.derived_from or f"{len(c.sources)} source(s){' (NVLS)' if c.sharp else ''}"
+            lines.append(f"{tier:<11} {op:<15} {c.busbw_gb_per_s:>7.1f} {c.half_bandwidth_bytes / 1e6:>8.2f} {c.exponent:>5.2f} {alpha:>8}  {origin}")
+    if cal.sharp_speedup:
+        lines.append(f"SHARP (NVLS) all_reduce speedup over ring: {cal.sharp_speedup:.3f}")
+    return "\n".join(lines)
+
+
+@calibrate.command("nccl")
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Profile YAML to write (or update)")
+@click.option("--ranks", type=click.IntRange(min=2), default=None, help="Ranks of the runs, when the logs lack a device list")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes of the runs, when the logs lack a device list")
+@click.option("--op", type=click.Choice(OPS), default=None, help="Collective, when the logs lack the program name")
+@click.option("--gpu", default=None, help="GPU preset of the runs (for NVLS detection), when the logs lack device lines")
+@click.option("--name", default=None, help="Profile name (default: the output file's stem)")
+def nccl(logs, out, ranks, nodes, op, gpu, name):
+    """Fit t(size) = alpha x steps + size f / B (1 + (half/size)^exp) per collective and tier from
+    nccl-tests logs (LOGS: console output files, or `kind: nccl-points` YAML tables)."""
+    parsed = _read_all(logs, ranks, nodes, op)
+    base = existing_profile(out)
+    profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base)
+    write_atomic(out, dump_profile(profile))
+    click.echo(_nccl_table(profile))
+    click.echo(f"wrote {out}")
+
+
+@calibrate.command("gemm")
+@click.argument("csvs", nargs=-1)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Profile YAML to write (or update)")
+@click.option("--run", "run_bench", is_flag=True, help="Time matmuls here first (torch on CUDA when present, numpy on the CPU otherwise)")
+@click.option("--csv-out", type=click.Path(dir_okay=False), default=None, help="Where --run writes its CSV (default: next to --out)")
+@click.option("--quick", is_flag=True, help="With --run: a small grid (seconds on a CPU)")
+@click.option("--gpu", default=None, help="GPU preset the efficiencies are relative to (default: the CSV's device)")
+@click.option("--name", default=None, help="Profile name (default: the output file's stem)")
+def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
+    """Fit efficiency(M, N, K, dtype) = E[dtype] x tile quantization x F / (F + half) (x an
+    unaligned-dimension factor) from GEMM timings (CSV) and report the fit error."""
+    from calibration.gemm_bench import run_benchmark
+    from calibration.gemm_data import read_samples
+    from calibration.gemm_fit import fit_gemm, gemm_table
+
+    paths = list(csvs)
+    if run_bench:
+        target = csv_out or str(Path(out).with_suffix("")) + "_gemm_bench.csv"
+        device = run_benchmark(target, quick=quick, echo=lambda text: click.echo(text, err=True))
+        click.echo(f"wrote {target} ({device})")
+        paths.append(target)
+    if not paths:
+        raise click.ClickException("give GEMM CSV files or --run")
+    samples = read_samples(paths)
+    fit, report = fit_gemm(samples, gpu, paths)
+    profile = gemm_profile(name or Path(out).stem, fit, _command(), existing_profile(out))
+    write_atomic(out, dump_profile(profile))
+    click.echo(gemm_table(fit, report))
+    click.echo(f"wrote {out}")

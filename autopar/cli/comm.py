@@ -1,0 +1,80 @@
+"""`autopar comm`: the cost model's time of one collective on a cluster, shaped like an
+nccl-tests row so a user can hold it against their own run (same function as the cost model:
+autopar.cost.comm.collective_seconds)."""
+
+from __future__ import annotations
+
+import click
+
+from autopar.cli import main
+from autopar.cli.common import dump_json, parse_count
+from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
+from autopar.errors import InputError
+from autopar.specs import load_cluster
+from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
+
+OPS = {c.value: c for c in Collective} | {"all_to_all": Collective.all_to_all, "send_recv": Collective.send_recv}
+
+
+def _sizes(text: str) -> list[int]:
+    """'1M:16G' -> 1 MiB, 2 MiB, ..., 16 GiB (factor 2, like nccl-tests -f 2)."""
+    lo_text, sep, hi_text = text.partition(":")
+    if not sep:
+        raise InputError("sizes", text, "must be MIN:MAX, e.g. 1M:16G")
+    lo, hi = parse_count(lo_text, "sizes", binary=True), parse_count(hi_text, "sizes", binary=True)
+    if hi < lo:
+        raise InputError("sizes", text, "MAX must not be below MIN")
+    out = [lo]
+    while out[-1] * 2 <= hi:
+        out.append(out[-1] * 2)
+    return out
+
+
+def predict(op: Collective, size_bytes: int, group, cluster, params) -> dict:
+    seconds = collective_seconds(op, size_bytes, group, cluster, params)
+    algbw = size_bytes / seconds
+    return {"size_bytes": size_bytes, "seconds": seconds, "algbw_bytes_per_second": algbw,
+            "busbw_bytes_per_second": algbw * busbw_factor(op, group.size), "tier": group.tier}
+
+
+def _table(rows: list[dict], title: str) -> str:
+    lines = [f"# {title}", f"# {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}", f"# {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"]
+    for r in rows:
+        lines.append(f"  {r['size_bytes']:>12d} {r['seconds'] * 1e6:>10.2f} {r['algbw_bytes_per_second'] / 1e9:>8.2f} {r['busbw_bytes_per_second'] / 1e9:>8.2f}")
+    return "\n".join(lines)
+
+
+@main.command()
+@click.option("--cluster", "cluster_name", required=True, help="Cluster preset or YAML file")
+@click.option("--gpus", type=click.IntRange(min=2), default=None, help="Ranks in the group (default: one node)")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Whole nodes in the group (alternative to --gpus)")
+@click.option("--op", required=True, type=click.Choice(sorted(OPS)), help="Collective")
+@click.option("--bytes", "size_text", default=None, help="Message size as nccl-tests prints it (K/M/G are powers of two, like -b/-e; 1GiB, 1073741824)")
+@click.option("--sizes", "sizes_text", default=None, help="MIN:MAX, doubling (e.g. 1M:16G): an nccl-tests-like table")
+@click.option("--calibration", "calibration_path", default=None, help="Calibration profile (default: the one the cluster file names, if any)")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list with --sizes)")
+def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, as_json):
+    """Predicted time, algbw and busbw of one collective over a group placed on the cluster."""
+    if (size_text is None) == (sizes_text is None):
+        raise InputError("bytes", size_text, "give exactly one of --bytes or --sizes")
+    if gpus is not None and nodes is not None:
+        raise InputError("gpus", gpus, "give --gpus or --nodes, not both")
+    cluster = load_cluster(cluster_name)
+    num = gpus if gpus is not None else (nodes or 1) * cluster.gpus_per_node
+    if num < 2:
+        raise InputError("gpus", num, "a collective needs at least 2 ranks")
+    if num > cluster.gpus_per_node:
+        cluster = cluster.with_gpus(num)
+    group = place_group(num, 1, cluster.gpus_per_node)
+    if calibration_path:
+        params = with_calibration(load_cost_params(), load_calibration_profile(calibration_path))
+    else:
+        params = params_for_cluster(cluster)
+    sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True)]
+    rows = [predict(OPS[op], s, group, cluster, params) for s in sizes]
+    if as_json:
+        click.echo(dump_json(rows if sizes_text else rows[0]), nl=False)
+        return
+    source = calibration_path or cluster.calibration or "default coefficients"
+    title = f"{OPS[op].value} over {group.size} x {cluster.gpu.name} on {group.nodes} node(s) of {cluster.name} ({group.tier}); {source}"
+    click.echo(_table(rows, title))

@@ -1,0 +1,131 @@
+"""`autopar calibrate nccl|gemm` and `autopar comm` through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
+from autopar.specs import load_cluster
+from autopar.specs.costparams import load_calibration_profile, load_cost_params, with_calibration
+
+ROOT = Path(__file__).resolve().parents[2]
+NCCL = ROOT / "calibration" / "data" / "nccl"
+GEMM_CSV = ROOT / "calibration" / "data" / "gemm" / "h100sxm_samples.csv"
+H100_IB = ROOT / "calibration" / "fitted" / "h100-ib.yaml"
+
+
+def run(args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result) -> bool:
+    return result.exit_code == 1 and result.output.startswith("Error: ") and len(result.output.strip().splitlines()) == 1
+
+
+def test_calibrate_nccl_writes_a_profile(tmp_path):
+    out = tmp_path / "p.yaml"
+    r = run(["calibrate", "nccl", NCCL / "a100x8_allreduce_oci-japan.txt", NCCL / "a100x16_2node_allreduce_aws-p4de-efa_partial.txt", "--out", out])
+    assert r.exit_code == 0, r.output
+    assert "warning: a100x16_2node_allreduce_aws-p4de-efa_partial.txt: partial log" in r.output  # stderr
+    assert f"wrote {out}" in r.output
+    profile = load_calibration_profile(str(out))
+    assert set(profile.collectives.intra_node) >= {"all_reduce", "all_gather", "reduce_scatter"}
+    assert profile.collectives.network["all_reduce"].gpus_per_node == 8
+    assert all(f.median_error <= 0.10 for f in profile.log_fits)  # issue 4 target, per log
+
+
+def test_gemm_then_nccl_into_one_profile(tmp_path):
+    out = tmp_path / "p.yaml"
+    assert run(["calibrate", "gemm", GEMM_CSV, "--out", out]).exit_code == 0
+    r = run(["calibrate", "nccl", NCCL / "h100x8_allreduce_nvls_nccl-tests-issue290.txt", "--out", out])
+    assert r.exit_code == 0, r.output
+    data = yaml.safe_load(out.read_text())
+    assert data["gemm"]["gpu"] == "H100" and "all_reduce_sharp" in data["collectives"]["intra_node"]
+
+
+def test_calibrate_gemm_run_on_cpu(tmp_path):
+    out = tmp_path / "cpu.yaml"
+    r = run(["calibrate", "gemm", "--run", "--quick", "--out", out, "--csv-out", tmp_path / "b.csv"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b.csv").read_text().startswith("gpu,dtype,m,n,k,batch,seconds")
+    assert "time error on fitted samples" in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ["calibrate", "nccl", "NOPE.txt", "--out", "X.yaml"],
+    ["calibrate", "nccl", NCCL / "nonstandard" / "h200x8_allreduce_bench_py_stas00.txt", "--out", "X.yaml"],
+    ["calibrate", "gemm", "--out", "X.yaml"],
+    ["calibrate", "gemm", NCCL / "a100x8_allreduce_oci-japan.txt", "--out", "X.yaml"],
+])
+def test_calibrate_garbage_is_one_line(tmp_path, args):
+    r = run([a if a != "X.yaml" else tmp_path / "x.yaml" for a in args])
+    assert one_line_error(r), r.output
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_calibrate_truncated_log(tmp_path):
+    log = tmp_path / "cut.txt"
+    text = (NCCL / "a100x8_allreduce_oci-japan.txt").read_text()
+    log.write_text(text[: text.index("   268435456") + 40])  # cut inside the 256 MiB row (line 38)
+    r = run(["calibrate", "nccl", log, "--out", tmp_path / "x.yaml"])
+    assert one_line_error(r) and "cut.txt:38: expected 13 columns" in r.output
+
+
+def test_comm_json_is_the_cost_model(tmp_path):
+    r = run(["comm", "--cluster", "dgx-h100", "--op", "all_gather", "--bytes", "58M", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert set(out) == {"size_bytes", "seconds", "algbw_bytes_per_second", "busbw_bytes_per_second", "tier"}
+    cluster = load_cluster("dgx-h100")
+    seconds = collective_seconds(Collective.all_gather, 58 * 2**20, place_group(8, 1, 8), cluster, load_cost_params())
+    assert out["seconds"] == seconds and out["tier"] == "intra_node"  # same function, same number
+    assert out["busbw_bytes_per_second"] == pytest.approx(58 * 2**20 / seconds * busbw_factor(Collective.all_gather, 8))
+
+
+def test_comm_sizes_and_calibration():
+    r = run(["comm", "--cluster", "dgx-h100-superpod", "--nodes", "2", "--op", "all_reduce", "--sizes", "1M:16G",
+             "--calibration", H100_IB, "--json"])
+    rows = json.loads(r.output)
+    assert [x["size_bytes"] for x in rows] == [2**k for k in range(20, 35)] and rows[0]["tier"] == "network"
+    # h100-ib network tier: the NCCL_ALGO=Ring 2-node log, 392.7 GB/s busbw at 8 GiB (2% tolerance)
+    at_8g = next(x for x in rows if x["size_bytes"] == 8 * 2**30)
+    assert at_8g["busbw_bytes_per_second"] / 1e9 == pytest.approx(392.7, rel=0.02)
+    default = json.loads(run(["comm", "--cluster", "dgx-h100-superpod", "--nodes", "2", "--op", "all_reduce",
+                              "--bytes", "8G", "--json"]).output)
+    assert default["seconds"] != at_8g["seconds"]
+
+
+def test_comm_size_spellings_and_table():
+    outs = {json.loads(run(["comm", "--cluster", "dgx-a100", "--op", "alltoall", "--bytes", b, "--json"]).output)["seconds"]
+            for b in ("1G", "1GiB", "1073741824")}
+    assert len(outs) == 1
+    r = run(["comm", "--cluster", "dgx-h100", "--gpus", "4", "--op", "reduce_scatter", "--sizes", "1M:4M"])
+    assert r.exit_code == 0 and len(r.output.strip().splitlines()) == 3 + 3 and "(GB/s)" in r.output
+
+
+def test_comm_uses_the_clusters_profile(tmp_path):
+    data = yaml.safe_load((ROOT / "profiles" / "clusters" / "dgx-h100.yaml").read_text())
+    data["calibration"] = str(H100_IB)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    via_file = json.loads(run(["comm", "--cluster", path, "--op", "all_gather", "--bytes", "58M", "--json"]).output)
+    params = with_calibration(load_cost_params(), load_calibration_profile(str(H100_IB)))
+    expected = collective_seconds(Collective.all_gather, 58 * 2**20, place_group(8, 1, 8), load_cluster(str(path)), params)
+    assert via_file["seconds"] == expected
+
+
+@pytest.mark.parametrize("args", [
+    ["--op", "all_reduce", "--bytes", "1M", "--sizes", "1M:2M"],
+    ["--op", "all_reduce", "--bytes", "1.5"],
+    ["--op", "all_reduce", "--sizes", "4M:1M"],
+    ["--op", "all_reduce", "--bytes", "1M", "--gpus", "12"],
+    ["--op", "all_reduce", "--bytes", "1M", "--calibration", "nope.yaml"],
+])
+def test_comm_bad_input_is_one_line(args):
+    assert one_line_error(run(["comm", "--cluster", "dgx-h100", *args]))
