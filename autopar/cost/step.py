@@ -18,7 +18,7 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
-from autopar.cost.pipeline import pipeline_seconds
+from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE, pipeline_seconds
 from autopar.specs.plan import stage_layout
 
 MICROBATCH_PARTS = ("compute_gemm", "compute_attention", "compute_elementwise", "recompute",
@@ -41,6 +41,14 @@ class StepResult:
     pipeline_seconds: np.ndarray
     hardware_flops: np.ndarray
     stage_layers: list[list[int]] = field(default_factory=list)
+    # for composing other schedules / vpp without re-costing (solvers.cpsat): per plan, the
+    # critical stage's per-micro-batch seconds and the other stages' sum; per plan x stage
+    # (padded with 0 to the batch's largest pp) the memory that does not scale with in-flight
+    # micro-batches and the activation bytes of one micro-batch
+    stage_max_seconds: np.ndarray | None = None
+    stage_rest_seconds: np.ndarray | None = None
+    memory_fixed_stage: np.ndarray | None = None
+    memory_per_microbatch_stage: np.ndarray | None = None
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -72,8 +80,10 @@ def evaluate(batch: Batch) -> StepResult:
     layouts, group_of = np.unique(keys, axis=0, return_inverse=True)
     group_of = group_of.ravel()
     n = len(t)
+    p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
-                     np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n)
+                     np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
+                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)))
     for g, (pp, first, last) in enumerate(layouts.tolist()):
         rows = np.flatnonzero(group_of == g)
         layout = stage_layout(batch.model.num_layers, pp, None if first < 0 else first, None if last < 0 else last)
@@ -143,7 +153,7 @@ def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, ou
     time["optimizer_step"] = trained * b.hbm_seconds((dense / shard_d + routed / shard_r) * prm.memory.optimizer_bytes_moved_per_param).max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem = _memory(b, layout, kinds, counts, n_layers, k_rec, dense, routed)
+    mem, fixed, per_mb = _memory(b, layout, kinds, counts, n_layers, k_rec, dense, routed)
     totals = sum(mem.values())
     worst = totals.argmax(axis=1)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
@@ -157,6 +167,11 @@ def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, ou
     out.worst_stage[rows] = worst
     out.critical_stage[rows] = crit
     out.pipeline_seconds[rows] = pipeline
+    t_max = stage_seconds.max(axis=1)
+    out.stage_max_seconds[rows] = t_max
+    out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max
+    out.memory_fixed_stage[np.ix_(rows, np.arange(P))] = fixed
+    out.memory_per_microbatch_stage[np.ix_(rows, np.arange(P))] = per_mb
     out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * flops.sum(axis=1)
     for r in rows:
         out.stage_layers[r] = layout
@@ -194,8 +209,10 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     return np.where(off[:, None], 0.0, total)
 
 
-def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed) -> dict[str, np.ndarray]:
-    """Bytes per GPU by component, per plan x stage."""
+def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
+    """Bytes per GPU by component, per plan x stage; also the parts that do not scale with
+    in-flight micro-batches (weights, gradients, optimizer, working buffers) and one
+    micro-batch's activations, both before fragmentation."""
     t, tr, mem, m = b.tab, b.training, b.params.memory, b.model
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
     P = len(layout)
@@ -229,6 +246,27 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed) -> 
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)
     out["working_buffers"] = working + np.where(zero == 3, 2 * tr.weight_bytes_per_param * layer_w, 0.0)
     allocated = sum(out.values())
+    fixed = allocated - out["activations"]
     out["fragmentation"] = allocated * mem.fragmentation
     out["framework_reserve"] = np.full_like(allocated, mem.reserve_bytes)
-    return out
+    return out, fixed, np.broadcast_to(per_mb, allocated.shape)
+
+
+def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray, pp: np.ndarray,
+                  vpp: np.ndarray, schedule: np.ndarray, params) -> tuple[np.ndarray, np.ndarray]:
+    """(step seconds, peak memory bytes) of plans that differ from the costed `rows` only in
+    vpp and schedule: the pipeline fill and the in-flight activations are the only terms
+    those change (the solvers compose them instead of re-costing)."""
+    m = microbatches.astype(float)
+    t_max, rest = result.stage_max_seconds[rows], result.stage_rest_seconds[rows]
+    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / vpp, rest))
+    fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
+    step = m * t_max + fill + fixed_parts
+    p_max = result.memory_fixed_stage.shape[1]
+    stage = np.arange(p_max)[None, :]
+    col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
+    held = in_flight_microbatches(stage, col(pp), col(m), col(vpp), col(schedule))
+    mem = params.memory
+    per_stage = (result.memory_fixed_stage[rows] + result.memory_per_microbatch_stage[rows] * held) * (1 + mem.fragmentation) + mem.reserve_bytes
+    per_stage = np.where(stage < col(pp), per_stage, -np.inf)
+    return step, per_stage.max(axis=1)

@@ -1,0 +1,50 @@
+"""What every solver returns, and the objective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from autopar.cost.context import Batch
+
+
+class Objective(str, Enum):
+    """What the search minimises."""
+
+    throughput = "throughput"
+    """Step time (the fastest plan)."""
+    cost = "cost"
+    """US dollars per million tokens (step time x GPUs x price per GPU-hour)."""
+
+
+def objective_values(batch: Batch, step_seconds: np.ndarray, objective: Objective) -> np.ndarray:
+    if objective == Objective.throughput:
+        return step_seconds
+    price = batch.cluster.price_usd_per_gpu_hour
+    if price is None:
+        from autopar.errors import InputError
+
+        raise InputError("objective", objective.value, f"cluster {batch.cluster.name} has no price_usd_per_gpu_hour")
+    return step_seconds * batch.cluster.num_gpus * price / 3600 / batch.training.tokens_per_step * 1e6
+
+
+def feasible(batch: Batch, memory_bytes: np.ndarray) -> np.ndarray:
+    """Fits in HBM; tp inside the NVLink domain (the space keeps it there unless allowed)."""
+    return memory_bytes <= batch.cluster.gpu.hbm_bytes
+
+
+@dataclass
+class Ranking:
+    """Rows of the space in rank order (best first) with their objective values."""
+
+    rows: np.ndarray
+    objective: np.ndarray
+    num_evaluated: int
+    num_feasible: int
+    proved_optimal: bool
+    solver: str
+    min_memory_row: int | None = None
+    min_memory_bytes: float | None = None
+    extra: dict = field(default_factory=dict)
