@@ -110,3 +110,46 @@ def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
     write_atomic(out, dump_profile(profile))
     click.echo(gemm_table(fit, report))
     click.echo(f"wrote {out}")
+
+
+# GPU of a validation row's cluster preset -> shipped profile applied to it (proposal for
+# `autopar validate`: the fitted profile of the row's node and fabric; the dev set's A100
+# clusters (Selene, llm-foundry) have 8x 200 Gb/s per node like the OCI RoCE nodes)
+PROFILE_FOR_GPU = {
+    "multi-node (h100-ib, a100-roce)": {"H100": "h100-ib", "A100-80GB": "a100-roce", "A100-40GB": "a100-roce"},
+    "node only (h100-nvlink, a100-nvlink)": {"H100": "h100-nvlink", "A100-80GB": "a100-nvlink", "A100-40GB": "a100-nvlink"},
+}
+
+
+def validation_before_after(runs: str) -> dict:
+    """Dev-set summary with the default coefficients and with the shipped profiles per GPU."""
+    from autopar.specs.costparams import load_calibration_profile, load_cost_params, with_calibration
+    from autopar.validation import load_rows, predict_row, row_cluster, summarize
+    from calibration.shipped import FITTED
+
+    rows = load_rows(runs)
+    base = load_cost_params()
+    out = {"default": summarize([predict_row(r, base) for r in rows])}
+    for label, table in PROFILE_FOR_GPU.items():
+        results = []
+        for r in rows:
+            name = table.get(row_cluster(r).gpu.name)
+            params = with_calibration(base, load_calibration_profile(str(FITTED / f"{name}.yaml"))) if name else base
+            results.append(predict_row(r, params))
+        out[label] = summarize(results)
+    for summary in out.values():
+        summary.pop("defaults", None)
+    return out
+
+
+@calibrate.command("report")
+@click.option("--runs", type=click.Path(dir_okay=False), default=None, help="Validation runs (default: tests/data/dev_runs.json)")
+def report(runs):
+    """Rebuild results/calibration/: every sample log's fit and error, the seed's rules of thumb,
+    the H100 GEMM fit, and validate MAPE with and without the shipped profiles."""
+    from calibration.report import write_reports
+    from calibration.shipped import ROOT
+
+    runs = runs or str(ROOT.parent / "tests" / "data" / "dev_runs.json")
+    for line in write_reports(validation_before_after(runs)):
+        click.echo(line)

@@ -1,0 +1,85 @@
+"""The fitted profiles shipped in calibration/fitted/, rebuilt from calibration/data/ with
+`python -m calibration.shipped` (the same functions `autopar calibrate nccl|gemm` run).
+
+Choices (the per-log fits of every sample are in results/calibration/nccl_fits.txt):
+- Hopper NVLink: the two 8x H100 all_reduce logs both ran NVLS (busbw > 450 GB/s); the ring
+  all_gather / reduce_scatter / all_reduce come from the 8x H200 table (same NVLink 4 and
+  NVSwitch), which also gives the NVLS speedup.
+- H100 over InfiniBand: the network tier is the NCCL_ALGO=Ring 2-node log (nccl-tests#309,
+  NDR 400 Gb/s per GPU). The default-algorithm 2-node logs run ~19% faster (469 vs 393 GB/s):
+  "The results from 2 nodes tend to be an aberration (it's an ideal case for the TREE
+  protocol). We recommend running with NCCL_ALGO=Ring" (kiskra-nvidia, nccl-tests#309); the
+  12- and 16-node H100/H200 logs in nonstandard/ (386.6 and 369.9 GB/s) sit at the ring value.
+  The ring log starts at 1 MiB, so the network latency stays the cluster's.
+- A100 over RoCE: the four tuned OCI 2-node logs (16 x 100 Gb/s RoCE per node, 174-190 GB/s);
+  the 2021 OCI log of the same shape ran an untuned container at 71.6 GB/s and is left out.
+- GEMM: H100 only (calibration/data/gemm/h100sxm_samples.csv); the A100 profiles keep the
+  default GEMM coefficients (two A100 measurements published, too few to fit).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autopar.specs.costparams import CalibrationProfile
+from calibration.gemm_data import read_samples
+from calibration.gemm_fit import fit_gemm
+from calibration.nccl_log import NcclLog, read_log
+from calibration.nccl_points import read_points
+from calibration.profile import dump_profile, nccl_profile
+
+ROOT = Path(__file__).resolve().parent
+NCCL = ROOT / "data" / "nccl"
+FITTED = ROOT / "fitted"
+GEMM_CSV = ROOT / "data" / "gemm" / "h100sxm_samples.csv"
+
+H100_NODE = ["h100x8_allreduce_aws-batch-p5_partial.txt", "h100x8_allreduce_nvls_nccl-tests-issue290.txt", "hopper_ring_vs_nvls_points.yaml"]
+A100_NODE = ["a100x8_allreduce_oci-japan.txt", "a100x8_allreduce_10GiB_oci-japan-v2.txt", "a100x8_sendrecv_li-plus-playground_partial.txt"]
+PROFILES = {
+    "h100-nvlink": ("8x H100 SXM5 node: NVLink 4 / NVSwitch gen 3 with NVLS", H100_NODE, True),
+    "h100-ib": ("H100 SXM5 nodes, 8 GPUs with 8x 400 Gb/s InfiniBand NDR (ConnectX-7) each", H100_NODE + ["h100x16_2node_allreduce_ringforced_ib400_nccl-tests-issue309e.txt"], True),
+    "a100-nvlink": ("8x A100 SXM4 40GB node: NVLink 3 / NVSwitch gen 2 (no NVLS)", A100_NODE, False),
+    "a100-roce": ("A100 SXM4 40GB nodes (OCI BM.GPU4.8), 8 GPUs with 16x 100 Gb/s RoCE v2 each", A100_NODE + [
+        "a100x16_2node_allreduce_10GiB_roce_oci-japan-v2.txt", "a100x16_2node_allreduce_roce_oci-oke_nccl2.14.txt",
+        "a100x16_2node_allreduce_roce_oci-oke-slurm_nccl2.29_ranks-trimmed.txt",
+        "a100x16_2node_allreduce_roce_oci-oke-slurmop_nccl2.29_ranks-trimmed_no-avg.txt"], False),
+}
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(ROOT.parent))
+
+
+def load_inputs(names: list[str]) -> list[NcclLog]:
+    logs: list[NcclLog] = []
+    for name in names:
+        path = NCCL / name
+        logs.extend(read_points(_relative(path)) if path.suffix == ".yaml" else [read_log(_relative(path))])
+    return logs
+
+
+def build(name: str) -> CalibrationProfile:
+    description, logs, with_gemm = PROFILES[name]
+    command = "python -m calibration.shipped  # = autopar calibrate nccl " + " ".join(_relative(NCCL / n) for n in logs) + f" --out calibration/fitted/{name}.yaml"
+    if with_gemm:
+        command += f"; autopar calibrate gemm {_relative(GEMM_CSV)} --out calibration/fitted/{name}.yaml"
+    profile = nccl_profile(name, load_inputs(logs), command=command)
+    update = {"description": description,
+              "sources": {"nccl": "calibration/data/nccl/SOURCES.md", "choices": "calibration/shipped.py (docstring)"}}
+    if with_gemm:
+        fit, _ = fit_gemm(read_samples([_relative(GEMM_CSV)]), "H100", [_relative(GEMM_CSV)])
+        update["gemm"] = fit
+        update["sources"]["gemm"] = "calibration/data/gemm/SOURCES.md"
+    return profile.model_copy(update=update)
+
+
+def main() -> None:
+    FITTED.mkdir(exist_ok=True)
+    for name in PROFILES:
+        path = FITTED / f"{name}.yaml"
+        path.write_text(dump_profile(build(name)))
+        print(f"wrote {_relative(path)}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,120 @@
+"""Shipped profiles (calibration/fitted): reproducible from calibration/data, the seed's rules of
+thumb, larger node counts from 1- and 2-node fits, and a cluster file's `calibration:` path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autopar.cost import estimate
+from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
+from autopar.errors import InputError
+from autopar.specs import Plan, TrainingSpec, load_cluster, load_model
+from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
+from calibration.profile import dump_profile
+from calibration.shipped import FITTED, PROFILES, build
+
+AR, AG = Collective.all_reduce, Collective.all_gather
+GiB = 2**30
+
+
+def profile(name):
+    return load_calibration_profile(str(FITTED / f"{name}.yaml"))
+
+
+def busbw(name, cluster, op, size, ranks, sharp=None):
+    c = load_cluster(cluster)
+    if ranks > c.gpus_per_node:
+        c = c.with_gpus(ranks)
+    params = with_calibration(load_cost_params(), profile(name))
+    t = collective_seconds(op, size, place_group(ranks, 1, c.gpus_per_node), c, params, sharp=sharp)
+    return size / t * busbw_factor(op, ranks) / 1e9, size / t / 1e9
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-3, abs=1e-12)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_shipped_profile_is_what_the_data_give(name):
+    # calibration/fitted/NAME.yaml == python -m calibration.shipped output (no hand edits);
+    # floats within 0.1% (the file keeps 5 significant digits; optimizer last-digit noise)
+    shipped = yaml.safe_load((FITTED / f"{name}.yaml").read_text())
+    assert _close(shipped, yaml.safe_load(dump_profile(build(name))))
+
+
+def test_effective_nvlink_busbw_370():
+    # maintainers (nccl-tests#212): ~370 GB/s effective NVLink busbw on 8x H100 for non-allreduce
+    # ops / NCCL_ALGO=RING; seed 001 'Замеры на практике': 'почти 370'. Tolerance 5%.
+    assert busbw("h100-nvlink", "dgx-h100", AG, 8 * GiB, 8)[0] == pytest.approx(370, rel=0.05)
+    assert busbw("h100-nvlink", "dgx-h100", AR, 8 * GiB, 8, sharp=False)[0] == pytest.approx(370, rel=0.05)
+
+
+def test_sharp_gain_is_30_percent_not_2x():
+    # seed 001 'Редукции в сети': ~+30%, ~480 GB/s; NVLS logs 476-483 GB/s. Tolerances 3% / 0.05.
+    nvls = busbw("h100-nvlink", "dgx-h100", AR, 8 * GiB, 8, sharp=True)[0]
+    ring = busbw("h100-nvlink", "dgx-h100", AR, 8 * GiB, 8, sharp=False)[0]
+    assert nvls == pytest.approx(480, rel=0.03)
+    assert nvls / ring == pytest.approx(1.3, abs=0.05)
+    assert profile("h100-nvlink").collectives.sharp_speedup == pytest.approx(1.3, abs=0.05)
+
+
+def test_58mb_allreduce():
+    # seed 001 'Замеры на практике': a 58 MB AllReduce on 8x H100 reaches ~150 GB/s. The ring's
+    # shape below 16 GiB is not in the samples (default shape kept): busbw ~150 (10%). With NVLS,
+    # whose shape the logs measure, it runs faster: busbw 320-360 (aws-batch p5 log: 296 at 32 MiB, 360 at 64 MiB).
+    assert busbw("h100-nvlink", "dgx-h100", AR, 58e6, 8, sharp=False)[0] == pytest.approx(150, rel=0.10)
+    assert 320 <= busbw("h100-nvlink", "dgx-h100", AR, 58e6, 8, sharp=True)[0] <= 360
+
+
+@pytest.mark.parametrize("ranks, size, measured, tol", [
+    (96, 8 * GiB, 386.56, 0.05),   # CoreWeave 12 nodes H100 IB (nonstandard/h100_96rank_..., SHARP on): 5%
+    (128, 16 * GiB, 369.86, 0.08),  # AWS p5en 16 nodes H200 EFA (nonstandard/h200_p5en_...): other fabric, 8%
+])
+def test_larger_node_counts_from_one_and_two_node_fits(ranks, size, measured, tol):
+    # seed 001 'Коллективные операции между узлами': the network tier runs at the node's NIC
+    # bandwidth whatever the node count; the h100-ib profile saw 1 and 2 nodes only
+    assert busbw("h100-ib", "dgx-h100-superpod", AR, size, ranks)[0] == pytest.approx(measured, rel=tol)
+
+
+def test_latency_grows_with_steps():
+    # 8 B all_reduce: alpha x 2(n-1); 16 nodes cost more than 2 (seed 001: latency per step)
+    t2 = busbw("h100-ib", "dgx-h100-superpod", AR, 8, 16)[1]
+    t16 = busbw("h100-ib", "dgx-h100-superpod", AR, 8, 128)[1]
+    assert t16 < t2  # algbw falls as latency grows
+
+
+def test_cluster_file_names_the_profile(tmp_path):
+    preset = Path(__file__).resolve().parents[2] / "profiles" / "clusters" / "dgx-h100-superpod.yaml"
+    data = yaml.safe_load(preset.read_text())
+    data["calibration"] = "calibration/fitted/h100-ib.yaml"  # relative to the project root
+    path = tmp_path / "my_cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cluster = load_cluster(str(path))
+    base = load_cost_params()
+    params = params_for_cluster(cluster)
+    assert params.collectives is not None and params.collectives.network["all_reduce"].busbw_gb_per_s > 390
+    assert params.gemm.unaligned_efficiency < 1.0
+    assert params_for_cluster(load_cluster("dgx-h100-superpod")) is base  # no profile: defaults untouched
+    model, training = load_model("llama3-70b"), TrainingSpec(seq_len=8192, global_batch_size=256)
+    plan = Plan(tp=8, pp=4, vpp=5)
+    calibrated = estimate(model, cluster.with_gpus(256), training, plan, params)
+    default = estimate(model, cluster.with_gpus(256), training, plan, base)
+    assert calibrated.step_seconds != default.step_seconds
+
+
+def test_missing_and_malformed_profiles(tmp_path):
+    with pytest.raises(InputError, match="profile file not found"):
+        load_calibration_profile(str(tmp_path / "none.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: autopar-calibration\nname: x\ncollectives: {intra_node: {all_reduce: {busbw_gb_per_s: -1}}}\n")
+    with pytest.raises(InputError, match="calibration bad.yaml"):
+        load_calibration_profile(str(bad))
