@@ -124,7 +124,7 @@ def _nearest_fix(req: SearchRequest) -> str:
     if "recompute" in fixed and str(fixed["recompute"]) != "full":
         hints.append("allow recompute=full (drop it from --fix)")
     n, gpn = req.cluster.num_gpus, req.cluster.gpus_per_node
-    for factor in (2, 4, 8):
+    for factor in (2, 4, 8, 16, 32, 64):
         gpus = n * factor
         try:
             bigger = _batch(req, req.cluster.with_gpus(gpus))
@@ -134,7 +134,7 @@ def _nearest_fix(req: SearchRequest) -> str:
             hints.append(f"--gpus {gpus} fits")
             break
     else:
-        hints.append(f"even {n * 8} GPUs do not fit this model at this sequence length")
+        hints.append(f"even {n * 64} GPUs do not fit this model at this sequence length")
     return "nearest change: " + "; ".join(hints) if hints else "no nearby change fits"
 
 

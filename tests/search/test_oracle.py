@@ -1,0 +1,88 @@
+"""CP-SAT against the exhaustive oracle on 20 spaces (dense, GQA, MoE, MLA, long context,
+small and large clusters): same optimum within the integer quantum, and the cost model
+re-evaluating CP-SAT's plan reproduces its objective."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopar.cost import estimate
+from autopar.cost.context import Batch
+from autopar.space import SpaceOptions, enumerate_space
+from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
+from autopar.specs.costparams import load_cost_params
+from solvers import cpsat, exhaustive
+from solvers.base import Objective
+
+Q = cpsat.STEP_QUANTUM_SECONDS
+# model, cluster, GPUs, seq, global batch (sequences), precision, --fix
+SPACES = [
+    ("gpt2-xl", "dgx-h100", 8, 1024, 64, "bf16", {}),
+    ("gpt2-xl", "pcie-workstation", 4, 1024, 16, "bf16", {}),
+    ("llama2-7b", "dgx-a100", 16, 4096, 64, "bf16", {}),
+    ("llama2-7b", "dgx-a100-40gb", 32, 4096, 128, "fp16", {}),
+    ("llama3-8b", "dgx-h100", 8, 8192, 32, "bf16", {}),
+    ("llama3-8b", "dgx-h100", 64, 8192, 256, "fp8", {}),
+    ("llama3-8b", "dgx-h100", 16, 131072, 8, "bf16", {}),  # long context: cp
+    ("llama3-8b", "dgx-b200", 32, 32768, 32, "fp8", {}),
+    ("llama3-70b", "dgx-h100", 64, 8192, 64, "bf16", {}),
+    ("llama3-70b", "dgx-h200", 128, 8192, 256, "bf16", {"tp": 8}),
+    ("llama3-70b", "gb200-nvl72", 144, 8192, 288, "bf16", {"tp": 4}),
+    ("llama2-70b", "dgx-a100", 256, 4096, 512, "bf16", {"tp": 8}),
+    ("mixtral-8x7b", "dgx-h100", 32, 4096, 64, "bf16", {}),
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "fp8", {"tp": 2}),
+    ("mpt-7b", "dgx-a100", 8, 2048, 64, "bf16", {}),
+    ("mpt-30b", "dgx-a100", 64, 8192, 128, "bf16", {"pp": 1}),
+    ("gpt3-175b", "dgx-h100", 256, 2048, 512, "bf16", {"tp": 8}),
+    ("nemotron4-340b", "dgx-h100", 512, 4096, 256, "fp8", {"tp": 8, "cp": 1}),
+    ("deepseek-v3", "hgx-h800", 256, 4096, 256, "bf16", {"tp": 1, "cp": 1, "pp": 16}),
+    ("llama3-405b", "dgx-h100-superpod", 1024, 8192, 512, "bf16", {"tp": 8, "cp": 1}),
+]
+
+
+def _batch(model, cluster, gpus, seq, gbs, precision, fixed):
+    m, c = load_model(model), load_cluster(cluster).with_gpus(gpus)
+    t = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=Precision(precision))
+    space = enumerate_space(m, c, t, SpaceOptions(fixed=fixed))
+    return Batch(m, c, t, load_cost_params(), space)
+
+
+@pytest.mark.parametrize("case", SPACES, ids=[f"{c[0]}-{c[1]}-{c[2]}gpu-s{c[3]}-{c[5]}" for c in SPACES])
+def test_cpsat_matches_oracle(case):
+    batch = _batch(*case)
+    assert len(batch.tab) > 0
+    oracle = exhaustive.solve(batch, Objective.throughput, 1)
+    tables = cpsat.build_tables(batch)
+    model, var = cpsat.build_model(tables)
+    solver, status = cpsat.solve_model(model)
+    assert solver.status_name(status) == "OPTIMAL"
+    index = int(solver.value(var["pair"]))
+    row = tables.row_of_pair[tables.allowed[index]]
+    cpsat_seconds = solver.objective_value * Q
+    # same optimum: three terms rounded to the quantum (<= 1.5 Q each way) -> within 3 quanta
+    assert abs(cpsat_seconds - oracle.objective[0]) <= 3 * Q
+    # the cost model re-evaluating CP-SAT's plan reproduces its objective
+    plan = batch.tab.plan(row)
+    est = estimate(batch.model, batch.cluster, batch.training, plan)
+    assert est.feasible
+    assert abs(est.step_seconds - cpsat_seconds) <= 1.5 * Q
+    assert est.step_seconds == pytest.approx(tables.step_seconds[row], rel=1e-12)
+
+
+def test_top_k_is_ranked_and_distinct():
+    batch = _batch("llama3-8b", "dgx-h100", 8, 8192, 32, "bf16", {})
+    a = cpsat.solve(batch, Objective.throughput, 5)
+    b = exhaustive.solve(batch, Objective.throughput, 5)
+    assert len(set(a.rows.tolist())) == 5
+    assert list(a.objective) == sorted(a.objective)
+    assert a.objective == pytest.approx(b.objective, abs=3 * Q)
+
+
+def test_cost_objective_ranks_like_throughput_at_fixed_gpus():
+    batch = _batch("llama3-8b", "dgx-h100", 8, 8192, 32, "bf16", {})
+    fast = exhaustive.solve(batch, Objective.throughput, 3)
+    cheap = exhaustive.solve(batch, Objective.cost, 3)
+    assert fast.rows.tolist() == cheap.rows.tolist()
+    # $ per million tokens = step x GPUs x $/GPU-h / 3600 / tokens x 1e6
+    price = batch.cluster.price_usd_per_gpu_hour
+    assert cheap.objective[0] == pytest.approx(fast.objective[0] * 8 * price / 3600 / (32 * 8192) * 1e6)
