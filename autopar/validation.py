@@ -18,7 +18,7 @@ from autopar.cost import estimate
 from autopar.cost.flops import model_flops_per_token
 from autopar.errors import AutoparError, InputError
 from autopar.specs import ClusterSpec, ModelSpec, Plan, Precision, TrainingSpec, load_cluster, load_gpu
-from autopar.specs.costparams import CostParams
+from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.plan import Recompute
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
@@ -200,7 +200,7 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         if measured is None:
             return base.model_copy(update={"skipped": "no measured throughput, step time, TFLOP/s or MFU"})
         plan = row_plan(row, _recompute(row) or Recompute.none)
-        est = estimate(model, cluster, training, plan, params)
+        est = estimate(model, cluster, training, plan, params_for_cluster(cluster, params))
     except (AutoparError, ValueError, KeyError, TypeError) as exc:
         return base.model_copy(update={"skipped": f"{type(exc).__name__}: {exc}"})
     value, metric = measured

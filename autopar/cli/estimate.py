@@ -9,6 +9,7 @@ from autopar.cli.common import dump_json, model_cluster_options, resolve_inputs,
 from autopar.cost import estimate as cost_estimate
 from autopar.report import estimate_table
 from autopar.specs import parse_plan
+from autopar.specs.costparams import params_for_cluster
 
 
 @main.command()
@@ -22,7 +23,7 @@ def estimate(model_name, cluster_name, gpus, seq_len, global_batch, global_batch
     model, cluster = resolve_inputs(model_name, cluster_name, gpus)
     training = resolve_training(seq_len, global_batch, global_batch_tokens, precision, flash_attention=not no_flash)
     plan = parse_plan(plan_text)
-    result = cost_estimate(model, cluster, training, plan)
+    result = cost_estimate(model, cluster, training, plan, params_for_cluster(cluster))
     if as_json:
         click.echo(dump_json(result.model_dump(mode="json")), nl=False)
     else:

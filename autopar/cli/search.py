@@ -10,9 +10,11 @@ import click
 from autopar.cli import main
 from autopar.cli.common import dump_json, model_cluster_options, parse_count, resolve_inputs, resolve_training, training_options, write_atomic
 from autopar.cost import estimate as cost_estimate
+from autopar.emit import emit_results
 from autopar.errors import InputError
 from autopar.space import FIXABLE, SpaceOptions
 from autopar.specs import parse_plan
+from autopar.specs.costparams import params_for_cluster
 from solvers import Objective, SearchRequest, run_search
 
 
@@ -58,7 +60,7 @@ def _table(output, references) -> str:
 
 
 def _reference_line(text, model, cluster, training, output) -> str:
-    est = cost_estimate(model, cluster, training, parse_plan(text))
+    est = cost_estimate(model, cluster, training, parse_plan(text), output.batch.params)
     best = output.results.plans[0].estimate.step_seconds
     gap = est.step_seconds / best - 1
     rank = ""
@@ -84,17 +86,21 @@ def _reference_line(text, model, cluster, training, output) -> str:
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the results JSON here (atomically)")
+@click.option("--emit", "emit_format", type=click.Choice(["megatron", "deepspeed", "torchtitan", "megatron-bridge"]), default=None,
+              help="Write the launcher of the best plan")
+@click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes")
 def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, objective, top_k, solver,
-           fix_text, max_gbs_tokens, allow_tp_across_nodes, references, no_flash, as_json, out):
+           fix_text, max_gbs_tokens, allow_tp_across_nodes, references, no_flash, as_json, out, emit_format, emit_dir):
     """Search the plan space and rank the fastest (or cheapest) plans that fit."""
     model, cluster = resolve_inputs(model_name, cluster_name, gpus)
+    params = params_for_cluster(cluster)
     critical = parse_count(max_gbs_tokens, "max-gbs-tokens", binary=True) if max_gbs_tokens else None
     training = resolve_training(seq_len, global_batch, global_batch_tokens, precision, flash_attention=not no_flash)
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes)
-    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options)
+    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params)
     started = time.perf_counter()
     shown = [False]
 
@@ -110,6 +116,7 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)
+    written = emit_results(output.results, emit_format, emit_dir) if emit_format else []
     if as_json:
         click.echo(payload, nl=False)
     else:
@@ -118,4 +125,6 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
         click.echo(_table(output, lines))
         if out:
             click.echo(f"results written to {out}", err=True)
+        for path in written:
+            click.echo(f"{emit_format} launcher written to {path}", err=True)
     sys.stdout.flush()

@@ -103,7 +103,7 @@ def test_cluster_file_names_the_profile(tmp_path):
     params = params_for_cluster(cluster)
     assert params.collectives is not None and params.collectives.network["all_reduce"].busbw_gb_per_s > 390
     assert params.gemm.unaligned_efficiency < 1.0
-    assert params_for_cluster(load_cluster("dgx-h100-superpod")) is base  # no profile: defaults untouched
+    assert params_for_cluster(load_cluster("dgx-h200")) is base  # no profile: defaults untouched
     model, training = load_model("llama3-70b"), TrainingSpec(seq_len=8192, global_batch_size=256)
     plan = Plan(tp=8, pp=4, vpp=5)
     calibrated = estimate(model, cluster.with_gpus(256), training, plan, params)
