@@ -26,7 +26,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     """Forward seconds (and FLOPs) of layer `index` for one micro-batch on one GPU."""
     m, t, tr, prm = batch.model, batch.tab, batch.training, batch.params
     dtype, T, B = tr.precision.gemm_dtype, batch.tokens, tr.activation_bytes
-    gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp)
+    gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, tr.moe_capacity_factor)
     out = {"gemm": sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms)}
     out["gemm_flops"] = sum(g.flops for g in gemms)
     # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
@@ -51,7 +51,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["tp"] = _tp_seconds(batch)
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"])
     if m.is_moe_layer(index):
-        a2a = batch.collective(Collective.all_to_all, B * T * m.moe_top_k * m.hidden_size, batch.group("ep"))
+        a2a = batch.collective(Collective.all_to_all, B * T * m.moe_top_k * tr.moe_capacity_factor * m.hidden_size, batch.group("ep"))
         out["ep"] = np.where(t.ep > 1, 2 * a2a * (1 - prm.comm.ep_overlap), 0.0)
     else:
         out["ep"] = np.zeros(len(t))

@@ -40,7 +40,7 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     mats = 3 if m.gated_mlp else 2
     if m.is_moe_layer(index):
         k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
-        routed = T * k  # balanced routing: tokens x k rows arrive at this GPU's experts
+        routed = T * k * batch.training.moe_capacity_factor  # token slots at this GPU's experts
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
         total = total + B * routed * h + B * routed * (mats - 1) * f_e / et + B * routed * f_e / et
         f_s = m.moe_shared_expert_ffn_size

@@ -48,6 +48,11 @@ class TrainingSpec(BaseModel):
         description="LoRA/adapter fine-tuning: base weights frozen, so no weight-gradient GEMMs, "
         "no gradients or optimizer states for them and no DP gradient reduction",
     )
+    moe_capacity_factor: float = Field(
+        1.0, ge=1.0,
+        description="Expert capacity factor: routed token slots per expert relative to a balanced load "
+        "(seed 000 'Параллелизм экспертов': 1.25-1.5 with token dropping; 1.0 = dropless, balanced)",
+    )
     flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")

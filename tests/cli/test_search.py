@@ -93,3 +93,18 @@ def test_nothing_fits_names_memory_and_a_way_out():
     assert r.exit_code == 1
     msg = r.output.strip()
     assert "smallest memory need is" in msg and "HBM is 80 GB" in msg and "--gpus" in msg and "fits" in msg
+
+
+def test_readme_search_emits_a_valid_megatron_script(tmp_path):
+    # issue 5: `autopar search ... --emit megatron` on the README's example passes bash -n and
+    # the Megatron validator (the emitter refuses plans that break Megatron's rules)
+    import subprocess
+
+    r = run(["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "1024", "--seq-len", "8192",
+             "--global-batch-tokens", "16M", "--top", "3", "--emit", "megatron", "--emit-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    scripts = list(tmp_path.glob("*.sh"))
+    assert len(scripts) == 1
+    assert subprocess.run(["bash", "-n", str(scripts[0])], capture_output=True).returncode == 0
+    text = scripts[0].read_text()
+    assert "--tensor-model-parallel-size" in text and "torchrun" in text

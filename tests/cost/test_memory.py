@@ -111,3 +111,16 @@ def test_zero1_shards_only_optimizer(superpod, params):
 )
 def test_parameter_counts(preset, billions, tol):
     assert total_params(load_model(preset)) / 1e9 == pytest.approx(billions, abs=tol)
+
+
+def test_moe_capacity_factor_scales_routed_activations(h100_node, params):
+    # Mixtral layer, tp=1: routed rows T k cap, each storing the expert input (h), the gated
+    # FC1 output (2F) and the activation output (F) in bf16 (seed 000 'Параллелизм экспертов':
+    # capacity factor C = 1.25-1.5)
+    m = load_model("mixtral-8x7b")
+    rows = {}
+    for cap in (1.0, 1.25):
+        training = TrainingSpec(seq_len=4096, global_batch_size=8, moe_capacity_factor=cap)
+        rows[cap] = layer_activation_bytes(make_batch(m, h100_node, training, [parse_plan("tp=1")], params), 0)[0]
+    h, f, k, T = 4096, 14336, 2, 4096
+    assert rows[1.25] - rows[1.0] == pytest.approx(0.25 * T * k * 2 * (h + 2 * f + f))
