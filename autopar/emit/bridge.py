@@ -8,7 +8,7 @@ rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as 
 
 from __future__ import annotations
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, uneven_first_last
+from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
 from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, check_megatron, hierarchical_cp_sizes, max_position_embeddings, needs_max_connections_1,
     stage_layout_string,
@@ -261,15 +261,7 @@ def render_launcher(job: EmitJob) -> str:
 {comment_block(header_lines(job, FRAMEWORK)).rstrip()}
 set -euo pipefail
 HERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
-NNODES=${{NNODES:-{c.num_nodes}}}
-GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
-NODE_RANK=${{NODE_RANK:-0}}
-MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
-MASTER_PORT=${{MASTER_PORT:-29500}}
-if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
-  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
-  exit 1
-fi
+{rendezvous_block(job)}
 {env}
 exec python -m torch.distributed.run --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "$HERE/pretrain_megatron_bridge.py" "$@"

@@ -190,3 +190,18 @@ def training_key(training: TrainingSpec) -> dict:
         "precision": training.precision,
         "grad_reduce_bytes_per_param": training.grad_reduce_bytes_per_param,
     }
+
+
+def rendezvous_block(job) -> str:
+    """The torchrun rendezvous variables (from the environment, defaulting to the plan's
+    cluster) and the check that they add up to the plan's GPU count."""
+    c = job.cluster
+    return f"""NNODES=${{NNODES:-{c.num_nodes}}}
+GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
+NODE_RANK=${{NODE_RANK:-0}}
+MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
+MASTER_PORT=${{MASTER_PORT:-29500}}
+if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
+  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
+  exit 1
+fi"""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, uneven_first_last
+from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
@@ -309,15 +309,7 @@ def render_script(job: EmitJob) -> str:
 set -euo pipefail
 
 MEGATRON_LM=${{MEGATRON_LM:-/opt/megatron-lm}}
-NNODES=${{NNODES:-{c.num_nodes}}}
-GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
-NODE_RANK=${{NODE_RANK:-0}}
-MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
-MASTER_PORT=${{MASTER_PORT:-29500}}
-if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
-  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
-  exit 1
-fi
+{rendezvous_block(job)}
 {chr(10).join(env_lines)}
 
 MEGATRON_ARGS=(

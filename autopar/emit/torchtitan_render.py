@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from autopar.emit.common import EmitJob, comment_block, header_lines
+from autopar.emit.common import EmitJob, comment_block, header_lines, rendezvous_block
 
 if TYPE_CHECKING:
     from autopar.emit.torchtitan import TitanConfig
@@ -103,15 +103,7 @@ def render_launcher(job: EmitJob, tc: "TitanConfig") -> str:
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 set -euo pipefail
 HERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
-NNODES=${{NNODES:-{c.num_nodes}}}
-GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
-NODE_RANK=${{NODE_RANK:-0}}
-MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
-MASTER_PORT=${{MASTER_PORT:-29500}}
-if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
-  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
-  exit 1
-fi
+{rendezvous_block(job)}
 MODULE=${{MODULE:-{MODULE_NAME}}}
 CONFIG=${{CONFIG:-{CONFIG_FN}}}
 
