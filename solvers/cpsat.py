@@ -22,7 +22,7 @@ from autopar.cost import evaluate
 from autopar.cost.context import Batch
 from autopar.cost.pipeline import ZERO_BUBBLE
 from autopar.cost.step import compose_outer
-from autopar.cost.table import PlanTable, SCHEDULE
+from autopar.cost.table import SCHEDULE
 from autopar.specs.plan import Schedule
 from solvers.base import Objective, Ranking, feasible, objective_values
 

@@ -123,7 +123,7 @@ def _nearest_fix(req: SearchRequest) -> str:
     fixed = req.options.fixed
     if "recompute" in fixed and str(fixed["recompute"]) != "full":
         hints.append("allow recompute=full (drop it from --fix)")
-    n, gpn = req.cluster.num_gpus, req.cluster.gpus_per_node
+    n = req.cluster.num_gpus
     for factor in (2, 4, 8, 16, 32, 64):
         gpus = n * factor
         try:

@@ -255,7 +255,6 @@ if __name__ == "__main__":
 
 
 def render_launcher(job: EmitJob) -> str:
-    c = job.cluster
     env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 before Blackwell (Megatron Core)\n" if needs_max_connections_1(job) else ""
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK)).rstrip()}

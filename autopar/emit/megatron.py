@@ -297,7 +297,7 @@ def _render_sections(sections: list[Section], indent: str = "  ") -> str:
 
 
 def render_script(job: EmitJob) -> str:
-    c, m = job.cluster, job.model
+    m = job.model
     notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
              "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size."]
     env = megatron_env(job)

@@ -94,7 +94,6 @@ def cli_overrides(tc: "TitanConfig") -> list[list[str]]:
 
 
 def render_launcher(job: EmitJob, tc: "TitanConfig") -> str:
-    c = job.cluster
     notes = [f"Default: the generated config module ({MODULE_NAME}.py next to this script).",
              f"MODULE={tc.module} CONFIG={tc.config} runs the stock config with the OVERRIDES below instead "
              "(torchtitan HEAD key names; the stage split and Float8 converter need the module)."]
