@@ -55,6 +55,12 @@ def _allowed(name: str, values: list, fixed: dict[str, object]) -> list:
 
 def enumerate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SpaceOptions | None = None) -> PlanTable:
     """Every legal plan for the cluster's GPU count (product tp*cp*pp*dp = N by construction)."""
+    tab = candidate_space(model, cluster, training, options)
+    return tab.take(np.flatnonzero(legal_mask(model, cluster, training, tab)))
+
+
+def candidate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SpaceOptions | None = None) -> PlanTable:
+    """The cartesian product of each dimension's candidate values, before the cross-dimension rules."""
     opts = options or SpaceOptions()
     fixed = _fixed_plan_fields(dict(opts.fixed))
     n = cluster.num_gpus
@@ -72,16 +78,12 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                     blocks.append(block)
     if not blocks:
         return PlanTable(**{k: np.zeros(0, dtype=np.int64) for k in PlanTable.__dataclass_fields__})
-    cols = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
-    tab = PlanTable(**cols)
-    return tab.take(np.flatnonzero(legal_mask(model, cluster, training, tab)))
+    return PlanTable(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
 
 
 def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray] | None:
     """The cartesian product of the remaining dimensions for one (tp, cp, pp)."""
-    per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 0
-    if per_replica == 0:
-        return None
+    per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 1
     mbs = _allowed("mbs", [b for b in divisors(per_replica) if b <= opts.max_micro_batch], fixed)
     eps = [e for e in divisors(model.num_experts) if (dp * cp * tp) % e == 0] if model.is_moe else [1]
     etps = sorted({tp, 1}) if model.is_moe else [tp]

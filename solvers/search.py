@@ -14,7 +14,7 @@ from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
 from autopar.cost.rules import RULES
 from autopar.errors import AutoparError, InputError
-from autopar.space import SpaceOptions, enumerate_space
+from autopar.space import SpaceOptions, candidate_space, enumerate_space
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
@@ -96,17 +96,22 @@ def explain_empty(req: SearchRequest) -> str:
     if degrees and (n % product or ("dp" in degrees and len(degrees) == 4 and product != n)):
         text = " * ".join(f"{k}({v})" for k, v in degrees.items())
         raise InputError("fix", ",".join(f"{k}={v}" for k, v in fixed.items()), f"{text} = {product} is incompatible with GPUs({n})")
-    gbs = req.training.global_batch_size
-    loose = enumerate_space(req.model, req.cluster, req.training.model_copy(update={"global_batch_size": n * 64}), req.options)
-    if len(loose):
-        return (f"no legal plan: global batch {gbs} sequences is not divisible by dp x micro-batch for any data-parallel "
-                f"degree that the other rules allow (dp must divide it); try a multiple of {_smallest_dp(loose)}")
-    broken = [r.field for r in RULES]
-    return f"no legal plan for {n} GPUs under the rules ({', '.join(sorted(set(broken)))}) and --fix {fixed or '{}'}"
+    candidates = candidate_space(req.model, req.cluster, req.training, req.options)
+    if not len(candidates):
+        return f"no candidate plan for {n} GPUs with --fix {fixed}"
+    counts = {}
+    for rule in RULES:
+        broken = np.asarray(rule.broken(req.model, req.cluster, req.training, candidates), dtype=bool)
+        if broken.all():
+            return f"no legal plan: every candidate breaks {rule.field}: {rule.message(req.model, req.training, _row(candidates, 0))}"
+        counts[rule.field] = counts.get(rule.field, 0) + int(broken.sum())
+    worst = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    return (f"no legal plan among {len(candidates):,} candidates for {n} GPUs: the rules that remove most are "
+            + ", ".join(f"{field} ({count:,})" for field, count in worst))
 
 
-def _smallest_dp(tab) -> int:
-    return int(tab.dp.min()) if len(tab) else 1
+def _row(tab, i: int) -> dict:
+    return {k: int(v[i]) for k, v in tab.columns().items()}
 
 
 def explain_infeasible(req: SearchRequest, batch: Batch, ranking: Ranking) -> str:

@@ -75,7 +75,7 @@ def test_fix_pins_dimensions():
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "1024", "--global-batch", "8", "--fix", "tp=8,pp=4"],
          "tp(8) * pp(4) = 32 is incompatible with GPUs(16)"),
         (["--model", "gpt2-xl", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "1024", "--global-batch", "7", "--fix", "pp=1,cp=1"],
-         "global batch 7 sequences is not divisible"),
+         "every candidate breaks plan.mbs: global_batch_size=7 must divide by dp(16)"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--fix", "warp=2"], "fix='warp'"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch-tokens", "16M", "--max-gbs-tokens", "4M"], "critical batch"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--top", "0"], "top=0"),
