@@ -108,7 +108,9 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
         raise InputError("gpu_normalized", row.get("gpu_normalized"), f"no cluster preset for {gpu.name}")
     cluster = load_cluster(preset)
     per_node = row.get("gpus_per_node")
-    if per_node and per_node != cluster.gpus_per_node and per_node <= cluster.gpus_per_node:
+    # a smaller node than the preset's (e.g. 4-GPU PCIe boxes) narrows the NVLink domain; an
+    # NVL72 rack's 4-GPU compute trays do not (the NVLink domain stays 72)
+    if per_node and per_node < cluster.gpus_per_node <= 8:
         cluster = cluster.model_copy(update={"gpus_per_node": per_node})
     return cluster.with_gpus(int(row["num_gpus"]))
 

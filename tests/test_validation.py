@@ -66,3 +66,26 @@ def test_cli_bad_file(tmp_path):
     path.write_text("{not json")
     r = CliRunner().invoke(main, ["validate", str(path)])
     assert r.exit_code == 1 and r.output.startswith("Error: runs=") and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"gpu_normalized": "GB200", "gpus_per_node": 4, "num_gpus": 256, "tp": 4, "pp": 1, "cp": 32,
+         "seq_len": 1048576, "global_batch_size": 2},  # long-context CP row, NVL72 trays
+        {"gpu_normalized": "B300", "precision_normalized": "nvfp4", "num_gpus": 64, "tp": 2, "pp": 2},
+        {"gpu_normalized": "GB300", "precision_normalized": "mxfp8", "num_gpus": 144, "tp": 4, "pp": 2, "global_batch_size": 576},
+        {"gpu_normalized": "A100-40GB", "fsdp": "8", "num_gpus": 64, "tp": 1, "pp": 1},  # HSDP shard group of 8
+        {"moe_num_experts": 8, "moe_top_k": 2, "moe_ffn_hidden_size": 14336, "ep": 8, "etp": 1, "num_gpus": 64,
+         "tp": 2, "pp": 1, "model_name": "Mixtral 8x7B", "precision_normalized": "fp8_current_scaling"},
+    ],
+)
+def test_other_published_row_kinds_are_predicted(extra):
+    # issue 2: validate must accept B300/GB200/GB300, nvfp4/mxfp8/fp8_current_scaling, CP rows up
+    # to 1M tokens, FSDP shard-group sizes and MoE rows, not only the dev set's kinds
+    row = {"id": "x", "source_group": "g", "model_name": "Llama 3 70B", "num_layers": 80, "hidden_size": 8192,
+           "num_attention_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256,
+           "seq_len": 8192, "global_batch_size": 512, "gpu_normalized": "H100-80GB", "tokens_per_sec_per_gpu": 1000.0}
+    result = predict_row({**row, **extra})
+    assert result.skipped is None, result.skipped
+    assert result.predicted_tokens_per_second_per_gpu > 0

@@ -133,6 +133,11 @@ class ClusterSpec(_Strict):
         if num_gpus <= self.gpus_per_node:
             return self.model_copy(update={"num_nodes": 1, "gpus_per_node": num_gpus})
         if num_gpus % self.gpus_per_node:
+            if self.gpus_per_node > 8:
+                # rack-scale NVLink domains (NVL72) are used partially: the job's domain is the
+                # largest divisor of its GPU count that fits in one rack (256 GPUs -> 4 x 64)
+                domain = max(d for d in range(1, self.gpus_per_node + 1) if num_gpus % d == 0)
+                return self.model_copy(update={"gpus_per_node": domain, "num_nodes": num_gpus // domain})
             raise InputError("gpus", num_gpus, f"must be a multiple of gpus_per_node={self.gpus_per_node} (whole nodes) or at most one node")
         if self.nic_gb_per_s_per_gpu <= 0:
             raise InputError("gpus", num_gpus, f"cluster {self.name} has no scale-out network (nic_gb_per_s_per_gpu=0); at most {self.gpus_per_node} GPUs")
