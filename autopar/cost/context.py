@@ -80,12 +80,11 @@ class Batch:
             size = t.cp * t.dp
             per_node = np.minimum(size, inner.per_node * np.where(inner.nodes == 1, outer.per_node, 1))
             return Group(size, per_node, -(-size // per_node))
-        if dim == "zero":  # ZeRO-3 shard group: dp*cp, or an explicit HSDP shard size
-            full = self.group("dpcp")
-            shard = t.shard
-            per_node = np.where(shard > 0, np.minimum(np.abs(shard), gpn), full.per_node)
-            size = np.where(shard > 0, shard, full.size)
-            return Group(size, per_node, -(-size // per_node))
+        if dim == "zero":  # ZeRO-3 shard group: dp*cp, or an explicit HSDP shard of consecutive dp ranks
+            full, hsdp = self.group("dpcp"), place_group(np.maximum(t.shard, 1), self._strides["dp"], gpn)
+            explicit = t.shard > 0
+            return Group(np.where(explicit, hsdp.size, full.size), np.where(explicit, hsdp.per_node, full.per_node),
+                         np.where(explicit, hsdp.nodes, full.nodes))
         if dim == "ep":  # Megatron expert grid: etp - ep - edp - pp
             return place_group(t.ep, t.etp, gpn)
         if dim == "edp":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from autopar.cost.context import Batch
 from autopar.cost.flops import model_flops_per_token
-from autopar.cost.pipeline import bubble_fraction  # noqa: F401  (re-exported for callers)
 from autopar.cost.rules import plan_violations
 from autopar.cost.step import StepResult, evaluate
 from autopar.cost.table import PlanTable
