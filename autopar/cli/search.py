@@ -10,7 +10,7 @@ import click
 from autopar.cli import main
 from autopar.cli.common import dump_json, model_cluster_options, parse_count, resolve_inputs, resolve_training, training_options, write_atomic
 from autopar.cost import estimate as cost_estimate
-from autopar.emit import emit_results
+from autopar.emit import RuleViolation, emit_results
 from autopar.errors import InputError
 from autopar.space import FIXABLE, SpaceOptions
 from autopar.specs import parse_plan
@@ -37,6 +37,19 @@ def parse_fix(text: str | None) -> dict[str, object]:
             value = int(bool(value))
         out[key] = value.value if hasattr(value, "value") else value
     return out
+
+
+def _emit_best_runnable(results, fmt: str, out_dir: str) -> tuple[list, list[str]]:
+    """Emit the best-ranked plan the framework can run (e.g. Megatron-LM has no zero-bubble
+    schedule); say which ranks it refused and why. Raises the first refusal if all are refused."""
+    refused, first_error = [], None
+    for rank in range(1, len(results.plans) + 1):
+        try:
+            return emit_results(results, fmt, out_dir, rank), refused
+        except RuleViolation as exc:
+            first_error = first_error or exc
+            refused.append(f"rank {rank} not emitted for {fmt}: {exc}")
+    raise first_error
 
 
 def _table(output, references) -> str:
@@ -116,7 +129,7 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)
-    written = emit_results(output.results, emit_format, emit_dir) if emit_format else []
+    written, refused = _emit_best_runnable(output.results, emit_format, emit_dir) if emit_format else ([], [])
     if as_json:
         click.echo(payload, nl=False)
     else:
@@ -125,6 +138,8 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
         click.echo(_table(output, lines))
         if out:
             click.echo(f"results written to {out}", err=True)
+        for line in refused:
+            click.echo(line, err=True)
         for path in written:
             click.echo(f"{emit_format} launcher written to {path}", err=True)
     sys.stdout.flush()

@@ -108,3 +108,19 @@ def test_readme_search_emits_a_valid_megatron_script(tmp_path):
     assert subprocess.run(["bash", "-n", str(scripts[0])], capture_output=True).returncode == 0
     text = scripts[0].read_text()
     assert "--tensor-model-parallel-size" in text and "torchrun" in text
+
+
+def test_emit_skips_plans_the_framework_cannot_run(tmp_path):
+    # with vpp pinned to 1, zero-bubble (ZB-H2) beats 1F1B at pp=4; Megatron-LM runs only 1F1B
+    # and interleaved, so the launcher is written for the best plan it accepts and the refused
+    # ranks are named
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
+            "--fix", "pp=4,vpp=1", "--top", "60"]  # the best 1F1B plan ranks 45th
+    ranked = json.loads(run(args + ["--json"]).output)["plans"]
+    assert ranked[0]["plan"]["schedule"] == "zero-bubble"
+    first_runnable = next(i for i, p in enumerate(ranked) if p["plan"]["schedule"] == "1f1b")
+    r = run(args + ["--emit", "megatron", "--emit-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "rank 1 not emitted for megatron" in r.output
+    script = next(tmp_path.glob("*.sh")).read_text()
+    assert ranked[first_runnable]["estimate"]["plan"] in script
