@@ -14,7 +14,7 @@ from autopar.cost.table import CP_ALGO, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTa
 from autopar.errors import InputError
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
+from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule, stage_layout
 from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
@@ -31,6 +31,7 @@ class SpaceOptions:
 
     fixed: dict[str, object] = field(default_factory=dict)
     allow_tp_across_nodes: bool = False
+    stage_layouts: bool = False  # also vary the layers of the first and last pipeline stage
     max_micro_batch: int = MAX_MICRO_BATCH
 
 
@@ -81,6 +82,31 @@ def candidate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     return PlanTable(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
 
 
+def end_stage_layouts(num_layers: int, pp: int, spread: int = 2) -> list[tuple[int, int]]:
+    """Explicit (first, last) stage layer counts near the balanced split, the middle stages
+    splitting the rest evenly and carrying at least as many layers as the end stages (which
+    also hold the embedding and the logits; Megatron --decoder-first/last-pipeline-num-layers)."""
+    if pp < 2:
+        return []
+    out = []
+    middle_stages = pp - 2
+    even = num_layers / pp
+    for first in range(max(1, int(even) - spread), int(even) + 2):
+        for last in range(max(1, int(even) - spread), int(even) + 2):
+            rest = num_layers - first - last
+            if middle_stages == 0:
+                if rest == 0:
+                    out.append((first, last))
+                continue
+            if rest <= 0 or rest % middle_stages:
+                continue
+            middle = rest // middle_stages
+            if middle >= max(first, last) and middle - min(first, last) <= spread:
+                out.append((first, last))
+    balanced = stage_layout(num_layers, pp)
+    return [fl for fl in out if [fl[0], fl[1]] != [balanced[0], balanced[-1]] or len(set(balanced[1:-1])) > 1]
+
+
 def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray] | None:
     """The cartesian product of the remaining dimensions for one (tp, cp, pp)."""
     per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 1
@@ -93,6 +119,7 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray
     sps = [1, 0] if tp > 1 else [0]
     algos = [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring]
     orders = list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp]
+    layouts = [(NONE, NONE)] + (end_stage_layouts(model.num_layers, pp) if opts.stage_layouts else [])
     combos = itertools.product(
         _allowed("ep", eps, fixed), _allowed("etp", etps, fixed), _allowed("vpp", vpps, fixed), mbs,
         _allowed("zero", zeros, fixed), _allowed("recompute", recomputes, fixed), _allowed("sp", sps, fixed),
@@ -102,8 +129,9 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray
     for ep, etp, vpp, b, zero, rc, sp, algo, order in combos:
         schedules = [Schedule.interleaved] if vpp > 1 else ([Schedule.one_f_one_b, Schedule.zero_bubble] if pp > 1 else [Schedule.one_f_one_b])
         for sched in _allowed("schedule", schedules, fixed):
-            rows.append((tp, pp, dp, cp, ep, etp, vpp, b, zero, NONE, RECOMPUTE.index(rc), NONE, sp, sp,
-                         SCHEDULE.index(sched), CP_ALGO.index(algo), ORDER.index(order), NONE, NONE))
+            for first, last in layouts:
+                rows.append((tp, pp, dp, cp, ep, etp, vpp, b, zero, NONE, RECOMPUTE.index(rc), NONE, sp, sp,
+                             SCHEDULE.index(sched), CP_ALGO.index(algo), ORDER.index(order), first, last))
     if not rows:
         return None
     arr = np.asarray(rows, dtype=np.int64)

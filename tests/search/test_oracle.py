@@ -86,3 +86,21 @@ def test_cost_objective_ranks_like_throughput_at_fixed_gpus():
     # $ per million tokens = step x GPUs x $/GPU-h / 3600 / tokens x 1e6
     price = batch.cluster.price_usd_per_gpu_hour
     assert cheap.objective[0] == pytest.approx(fast.objective[0] * 8 * price / 3600 / (32 * 8192) * 1e6)
+
+
+def test_stage_layouts_are_a_search_dimension():
+    # LLaMA-3 405B-like depth on 16 stages: 126 layers; the balanced default is 7 + 14 x 8 + 7,
+    # and with stage_layouts the space also holds 6/8 and 8/6 end stages. Both solvers agree
+    # on the optimum over the larger space, and it is never worse than without layouts.
+    m, c = load_model("llama3-405b"), load_cluster("dgx-h100-superpod").with_gpus(1024)
+    t = TrainingSpec(seq_len=8192, global_batch_size=256)
+    fixed = {"tp": 8, "pp": 16, "cp": 1}
+    plain = Batch(m, c, t, load_cost_params(), enumerate_space(m, c, t, SpaceOptions(fixed=fixed)))
+    wide = Batch(m, c, t, load_cost_params(), enumerate_space(m, c, t, SpaceOptions(fixed=fixed, stage_layouts=True)))
+    assert len(wide.tab) == 3 * len(plain.tab)
+    assert set(zip(wide.tab.first.tolist(), wide.tab.last.tolist())) == {(-1, -1), (6, 8), (8, 6)}
+    best_plain = exhaustive.solve(plain, Objective.throughput, 1).objective[0]
+    oracle = exhaustive.solve(wide, Objective.throughput, 1)
+    cp = cpsat.solve(wide, Objective.throughput, 1)
+    assert oracle.objective[0] <= best_plain
+    assert abs(cp.objective[0] - oracle.objective[0]) <= 3 * Q
