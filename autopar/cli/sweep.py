@@ -1,0 +1,75 @@
+"""`autopar sweep SWEEP.yaml --out DIR`: run a grid of searches in worker processes, resumable;
+write summary.csv, summary.md, summary.json and plots/*.png; --baseline fails on differences."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from autopar.cli import main
+from autopar.cli.common import write_atomic
+from autopar.plots import sweep_plots
+from solvers.sweep import compare, load_baseline, load_overrides, load_sweep, run_sweep, summary_csv, summary_json, summary_markdown, summary_rows
+
+
+def _progress_bar(enabled: bool):
+    """A rich progress bar on stderr; returns (callback, stop)."""
+    if not enabled:
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+                        console=Console(stderr=True), transient=False)
+    task = progress.add_task("", total=None)
+    progress.start()
+
+    def update(done: int, total: int, case: str) -> None:
+        progress.update(task, completed=done, total=total, description=case)
+
+    return update, progress.stop
+
+
+@main.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Results directory (cases.jsonl, summaries, plots)")
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes running cases in parallel")
+@click.option("--resume", is_flag=True, help="Continue a sweep whose cases.jsonl already holds finished cases")
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="summary.json of an earlier run; exit 1 on differences")
+@click.option("--threshold", type=float, default=None, help="Relative tokens/s change --baseline allows (default: the sweep file's)")
+@click.option("--cost-override", type=click.Path(dir_okay=False), default=None,
+              help="YAML of dotted cost coefficients to replace, e.g. 'comm.network_efficiency: 0.5'")
+@click.option("--no-plots", is_flag=True, help="Skip plots/*.png")
+@click.option("--quiet", is_flag=True, help="No progress bar")
+def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_override, no_plots, quiet):
+    """Run a sweep of searches (models x clusters x GPUs x sequence lengths x batches)."""
+    spec = load_sweep(sweep_file)
+    overrides = load_overrides(cost_override)
+    previous = load_baseline(baseline) if baseline else None
+    out = Path(out_dir)
+    started = time.perf_counter()
+    update, stop = _progress_bar(not quiet)
+    try:
+        records = run_sweep(spec, out, workers, resume, overrides, update)
+    finally:
+        stop()
+    rows = summary_rows(records)
+    write_atomic(out / "summary.csv", summary_csv(rows))
+    write_atomic(out / "summary.md", summary_markdown(spec, rows))
+    write_atomic(out / "summary.json", summary_json(spec, rows))
+    plots = [] if no_plots else sweep_plots(records, out)
+    ok = sum(r["status"] == "ok" for r in rows)
+    click.echo(f"sweep {spec.name}: {len(rows)} cases ({ok} with a plan) in {time.perf_counter() - started:.1f} s; "
+               f"summary in {out / 'summary.md'}" + (f", {len(plots)} plots in {out / 'plots'}" if plots else ""), err=True)
+    if previous is not None:
+        diffs = compare(rows, previous, spec.threshold if threshold is None else threshold)
+        if diffs:
+            click.echo(f"baseline {baseline}: {len(diffs)} difference(s)")
+            for d in diffs:
+                click.echo(f"  {d}")
+            sys.stdout.flush()
+            raise SystemExit(1)
+        click.echo(f"baseline {baseline}: no differences ({len(rows)} cases)")

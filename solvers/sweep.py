@@ -1,0 +1,311 @@
+"""Sweeps: a grid of search cases (models x clusters x GPU counts x sequence lengths x batches),
+run in worker processes; each finished case is appended to cases.jsonl as one line, so an
+interrupted sweep resumes where it stopped. The summary is built from the records in case
+order, never completion order, so a resumed sweep writes the same summary as an uninterrupted
+one. `compare` checks a summary against a baseline (how CI catches cost-model changes)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from autopar.errors import AutoparError, InputError
+from autopar.specs import TrainingSpec, load_cluster, load_model
+from autopar.specs._files import read_mapping
+from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
+from solvers.base import Objective
+from solvers.search import SearchRequest, run_search
+
+CASES_FILE = "cases.jsonl"
+TOP_PLANS_KEPT = 10  # plans per case kept for the memory-vs-step plot
+
+
+class SweepSpec(BaseModel):
+    """A sweep file (profiles/sweeps/*.yaml): every combination of the lists is one case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Sweep name (used in the summary title)")
+    description: str = Field("", description="What the sweep covers")
+    models: list[str] = Field(min_length=1, description="Model presets or files")
+    clusters: list[str] = Field(min_length=1, description="Cluster presets or files")
+    gpus: list[int] = Field(min_length=1, description="GPU counts (whole nodes of each cluster)")
+    seq_lens: list[int] = Field(min_length=1, description="Sequence lengths, tokens")
+    global_batches: list[int] = Field(min_length=1, description="Global batch sizes, sequences")
+    precision: str = Field("bf16", description="GEMM precision of every case")
+    fixed: dict[str, Any] = Field(default_factory=dict, description="Plan dimensions pinned in every case (like search --fix)")
+    objective: Objective = Field(Objective.throughput, description="throughput | cost")
+    solver: str = Field("auto", description="auto | exhaustive | cpsat")
+    top_k: int = Field(5, gt=0, description="Plans ranked per case")
+    threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
+
+    @field_validator("gpus", "seq_lens", "global_batches")
+    @classmethod
+    def _positive(cls, values: list[int]) -> list[int]:
+        for v in values:
+            if v <= 0:
+                raise ValueError(f"{v} must be a positive integer")
+        return values
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    data = read_mapping(Path(path), "sweep")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"sweep.{loc}", err.get("input"), err["msg"]) from None
+
+
+def case_id(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int) -> str:
+    return f"{model}/{cluster}/{gpus}gpu/s{seq_len}/b{global_batch}"
+
+
+def cases(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every case of the grid in a fixed order (the summary's order)."""
+    grid = itertools.product(spec.models, spec.clusters, spec.gpus, spec.seq_lens, spec.global_batches)
+    return [dict(case=case_id(*c), model=c[0], cluster=c[1], gpus=c[2], seq_len=c[3], global_batch=c[4]) for c in grid]
+
+
+def apply_overrides(params: CostParams, overrides: dict[str, Any]) -> CostParams:
+    """params with dotted-key coefficients replaced ({'comm.network_efficiency': 0.5})."""
+    if not overrides:
+        return params
+    data = params.model_dump()
+    for key, value in overrides.items():
+        node = data
+        parts = str(key).split(".")
+        for part in parts[:-1]:
+            if not isinstance(node, dict) or part not in node:
+                raise InputError("cost-override", key, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
+            node = node[part]
+        if not isinstance(node, dict) or parts[-1] not in node:
+            raise InputError("cost-override", key, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
+        node[parts[-1]] = value
+    try:
+        return CostParams.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError("cost-override", ".".join(str(p) for p in err["loc"]), err["msg"]) from None
+
+
+def load_overrides(path: str | Path | None) -> dict[str, Any]:
+    return dict(read_mapping(Path(path), "cost-override")) if path else {}
+
+
+def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """One search; returns the case's record (status ok | no_plan | error). Runs in a worker."""
+    from autopar.space import SpaceOptions
+
+    spec = SweepSpec.model_validate(spec_data)
+    started = time.perf_counter()
+    record = dict(case)
+    try:
+        model = load_model(case["model"])
+        cluster = load_cluster(case["cluster"]).with_gpus(case["gpus"])
+        training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision)
+        params = apply_overrides(params_for_cluster(cluster), overrides)
+        request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=dict(spec.fixed)), params)
+        output = run_search(request)
+    except AutoparError as exc:
+        record.update(status="no_plan" if type(exc).__name__ == "NoFeasiblePlan" else "error", message=str(exc))
+    except ValidationError as exc:
+        record.update(status="error", message=str(exc.errors()[0]["msg"]))
+    else:
+        record.update(status="ok", message="", **_best(output))
+    record["seconds"] = round(time.perf_counter() - started, 3)
+    return record
+
+
+def _best(output) -> dict[str, Any]:
+    plans = output.results.plans
+    best = plans[0].estimate
+    return dict(
+        solver=output.results.search.solver, num_feasible=output.results.search.num_feasible,
+        best_plan=best.plan, step_seconds=best.step_seconds, tokens_per_second_per_gpu=best.tokens_per_second_per_gpu,
+        mfu=best.mfu, memory_gb=best.memory_bytes_per_gpu / 1e9, hbm_gb=best.memory_capacity_bytes / 1e9,
+        bottleneck=best.bottleneck.value, time_breakdown=best.time_breakdown,
+        top=[dict(plan=p.estimate.plan, step_seconds=p.estimate.step_seconds, memory_gb=p.estimate.memory_bytes_per_gpu / 1e9)
+             for p in plans[:TOP_PLANS_KEPT]],
+    )
+
+
+def read_records(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Finished cases by id. A torn last line (the process died mid-write) is dropped and the
+    file rewritten without it, so the next append starts on a fresh line."""
+    path = out_dir / CASES_FILE
+    if not path.exists():
+        return {}
+    records: dict[str, dict[str, Any]] = {}
+    good: list[str] = []
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not line.endswith("\n") or not isinstance(record, dict) or "case" not in record:
+            continue
+        records.setdefault(record["case"], record)
+        good.append(line)
+    text = "".join(good)
+    if text != path.read_text():
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return records
+
+
+def append_record(out_dir: Path, record: dict[str, Any]) -> None:
+    """One O_APPEND write of one whole line, flushed to disk: readers see whole lines only."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(out_dir / CASES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bool = False,
+              overrides: dict[str, Any] | None = None, progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
+    """Run every case not yet in cases.jsonl; returns all records in case order."""
+    out = Path(out_dir)
+    if workers <= 0:
+        raise InputError("workers", workers, "must be a positive integer")
+    if (out / CASES_FILE).exists() and not resume:
+        raise InputError("out", str(out), f"already holds {CASES_FILE}; pass --resume to continue it or choose an empty directory")
+    out.mkdir(parents=True, exist_ok=True)
+    all_cases = cases(spec)
+    done = read_records(out)
+    todo = [c for c in all_cases if c["case"] not in done]
+    spec_data, overrides = spec.model_dump(mode="json"), dict(overrides or {})
+    apply_overrides(load_cost_params(), overrides)  # bad keys fail here, not as error records
+    total, finished = len(all_cases), len(all_cases) - len(todo)
+    if progress:
+        progress(finished, total, "")
+
+    def record_done(record: dict[str, Any]) -> None:
+        nonlocal finished
+        append_record(out, record)
+        done[record["case"]] = record
+        finished += 1
+        if progress:
+            progress(finished, total, record["case"])
+
+    if workers == 1 or len(todo) <= 1:
+        for case in todo:
+            record_done(run_case(case, spec_data, overrides))
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn")) as pool:
+            pending = {pool.submit(run_case, c, spec_data, overrides) for c in todo}
+            while pending:
+                finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished_now:
+                    record_done(future.result())
+    return [done[c["case"]] for c in all_cases]
+
+
+# ---- baseline comparison -------------------------------------------------------------------
+
+SUMMARY_FIELDS = ("case", "model", "cluster", "gpus", "seq_len", "global_batch", "status", "best_plan", "step_seconds",
+                  "tokens_per_second_per_gpu", "mfu", "memory_gb", "bottleneck")
+
+
+def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The deterministic part of each record (no wall times), floats rounded for stable files."""
+    rows = []
+    for r in records:
+        row = {k: r.get(k) for k in SUMMARY_FIELDS}
+        for k in ("step_seconds", "tokens_per_second_per_gpu", "mfu", "memory_gb"):
+            if row[k] is not None:
+                row[k] = float(f"{row[k]:.6g}")
+        if r["status"] != "ok":
+            row["best_plan"] = r.get("message", "")
+        rows.append(row)
+    return rows
+
+
+def compare(rows: list[dict[str, Any]], baseline: list[dict[str, Any]], threshold: float) -> list[str]:
+    """Differences that fail the baseline check: a case added or missing, a status or best
+    plan that changed, or best tokens/s per GPU moved by more than `threshold` (relative)."""
+    diffs = []
+    now = {r["case"]: r for r in rows}
+    then = {r["case"]: r for r in baseline}
+    for case in then:
+        if case not in now:
+            diffs.append(f"{case}: in the baseline, missing now")
+    for case, row in now.items():
+        old = then.get(case)
+        if old is None:
+            diffs.append(f"{case}: new case, not in the baseline")
+            continue
+        if row["status"] != old["status"]:
+            diffs.append(f"{case}: status {old['status']} -> {row['status']} ({row['best_plan']})")
+            continue
+        if row["status"] != "ok":
+            continue
+        if row["best_plan"] != old["best_plan"]:
+            diffs.append(f"{case}: best plan changed\n    was {old['best_plan']}\n    now {row['best_plan']}")
+        a, b = old["tokens_per_second_per_gpu"], row["tokens_per_second_per_gpu"]
+        change = b / a - 1 if a else float("inf")
+        if abs(change) > threshold:
+            diffs.append(f"{case}: best tokens/s per GPU {a:,.1f} -> {b:,.1f} ({100 * change:+.2f}%, threshold {100 * threshold:.2f}%)")
+    return diffs
+
+
+# ---- summary files -------------------------------------------------------------------------
+
+
+def summary_markdown(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
+    lines = [f"# Sweep {spec.name}", ""]
+    if spec.description:
+        lines += [spec.description, ""]
+    ok = sum(r["status"] == "ok" for r in rows)
+    lines += [f"{len(rows)} cases, {ok} with a plan that fits. Predicted by the cost model; tokens/s per GPU of the best plan.", ""]
+    lines.append("| model | cluster | GPUs | seq | batch | tokens/s/GPU | MFU | step s | mem GB | bottleneck | best plan |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for r in rows:
+        if r["status"] == "ok":
+            nums = f"{r['tokens_per_second_per_gpu']:,.0f} | {100 * r['mfu']:.1f}% | {r['step_seconds']:.3f} | {r['memory_gb']:.1f} | {r['bottleneck']}"
+            plan = f"`{r['best_plan']}`"
+        else:
+            nums, plan = "- | - | - | - | " + r["status"], r["best_plan"].replace("|", "/")
+        lines.append(f"| {r['model']} | {r['cluster']} | {r['gpus']} | {r['seq_len']} | {r['global_batch']} | {nums} | {plan} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(SUMMARY_FIELDS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def summary_json(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
+    """summary.json: what --baseline reads (copy it to results/NAME/baseline.json)."""
+    return json.dumps({"sweep": spec.name, "threshold": spec.threshold, "cases": rows}, indent=2) + "\n"
+
+
+def load_baseline(path: str | Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError("baseline", str(path), f"cannot read file ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError("baseline", str(path), f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise InputError("baseline", str(path), "must be a summary.json written by autopar sweep (a mapping with 'cases')")
+    return data["cases"]

@@ -1,0 +1,138 @@
+"""autopar sweep: records, resume after a kill or a torn line, summaries, plots, baseline check."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.plots import PLOT_FILES
+from solvers.sweep import CASES_FILE, cases, load_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = dict(name="small", models=["gpt2-xl", "llama3-8b"], clusters=["dgx-h100"], gpus=[8, 16], seq_lens=[2048],
+             global_batches=[64, 128], top_k=3)
+SUMMARIES = ("summary.csv", "summary.md", "summary.json")
+
+
+def _sweep_file(tmp_path: Path, **changes) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({**SMALL, **changes}))
+    return path
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["sweep", *args, "--quiet"], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("full")
+    res = _run(str(_sweep_file(tmp)), "--out", str(tmp / "out"))
+    assert res.exit_code == 0, res.output
+    return tmp / "out"
+
+
+def test_every_case_is_one_line_and_summaries_exist(full):
+    lines = (full / CASES_FILE).read_text().splitlines()
+    assert len(lines) == 8
+    records = [json.loads(line) for line in lines]
+    assert {r["status"] for r in records} == {"ok"}
+    for name in SUMMARIES:
+        assert (full / name).stat().st_size > 0
+    md = (full / "summary.md").read_text()
+    assert md.count("\n| gpt2-xl |") == 4 and "tokens/s/GPU" in md
+
+
+def test_plots_exist_and_are_png(full):
+    pngs = sorted((full / "plots").glob("*.png"))
+    assert [p.name for p in pngs] == sorted(PLOT_FILES)
+    for p in pngs:
+        assert p.stat().st_size > 5_000 and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_after_torn_line_gives_same_summary(full, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = (full / CASES_FILE).read_text().splitlines(keepends=True)
+    (out / CASES_FILE).write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # died mid-write
+    res = _run(str(_sweep_file(tmp_path)), "--out", str(out), "--resume")
+    assert res.exit_code == 0, res.output
+    assert len((out / CASES_FILE).read_text().splitlines()) == 8
+    for name in SUMMARIES:
+        assert (out / name).read_text() == (full / name).read_text(), name
+
+
+def test_resume_after_kill_gives_same_summary(tmp_path):
+    """A real sweep process with 2 workers, SIGKILLed after its first finished cases."""
+    spec = _sweep_file(tmp_path, models=["gpt2-xl", "llama3-8b", "llama3-70b"], gpus=[8, 16, 32])
+    out, whole = tmp_path / "killed", tmp_path / "whole"
+    cmd = [sys.executable, "-c", "from autopar.cli import main; main()", "sweep", str(spec), "--workers", "2", "--quiet", "--out"]
+    proc = subprocess.Popen([*cmd, str(out)], cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        path = out / CASES_FILE
+        if path.exists() and len(path.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    got = len((out / CASES_FILE).read_text().splitlines())
+    assert 2 <= got < len(cases(load_sweep(spec))), "the kill must land mid-sweep"
+    assert not (out / "summary.csv").exists()
+    subprocess.run([*cmd, str(out), "--resume"], cwd=ROOT, check=True)
+    subprocess.run([*cmd, str(whole)], cwd=ROOT, check=True)
+    for name in SUMMARIES:
+        assert (out / name).read_text() == (whole / name).read_text(), name
+
+
+def test_baseline_passes_unchanged(full, tmp_path):
+    res = _run(str(_sweep_file(tmp_path)), "--out", str(tmp_path / "again"), "--baseline", str(full / "summary.json"), "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert "no differences (8 cases)" in res.output
+
+
+def test_baseline_fails_on_changed_coefficient(full, tmp_path):
+    override = tmp_path / "override.yaml"
+    override.write_text("attention.flash_efficiency: 0.25\n")  # defaults.yaml: 0.35
+    res = _run(str(_sweep_file(tmp_path)), "--out", str(tmp_path / "changed"), "--baseline", str(full / "summary.json"),
+               "--cost-override", str(override), "--no-plots")
+    assert res.exit_code == 1
+    assert "difference(s)" in res.output
+    assert "best tokens/s per GPU" in res.output and "gpt2-xl/dgx-h100/8gpu/s2048/b64" in res.output
+
+
+@pytest.mark.parametrize("changes, args, message", [
+    ({"gpus": [0]}, [], "sweep.gpus="),
+    ({"models": []}, [], "sweep.models="),
+    ({"colour": "red"}, [], "sweep.colour="),
+    ({}, ["--workers", "0"], "workers=0: must be a positive integer"),
+])
+def test_bad_input_is_one_line(tmp_path, changes, args, message):
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet", *args])
+    assert res.exit_code == 1
+    assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_unknown_override_and_existing_out(full, tmp_path):
+    override = tmp_path / "o.yaml"
+    override.write_text("comm.no_such_thing: 1\n")
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path)), "--out", str(tmp_path / "x"), "--cost-override", str(override)])
+    assert res.exit_code == 1 and "cost-override='comm.no_such_thing': unknown coefficient" in res.output
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path)), "--out", str(full), "--quiet"])
+    assert res.exit_code == 1 and "pass --resume" in res.output
+
+
+def test_ci_sweep_file_matches_its_baseline_cases():
+    spec = load_sweep(ROOT / "profiles/sweeps/ci.yaml")
+    baseline = json.loads((ROOT / "results/ci/baseline.json").read_text())
+    assert [c["case"] for c in cases(spec)] == [r["case"] for r in baseline["cases"]]
