@@ -86,6 +86,25 @@ def _reference_line(text, model, cluster, training, output) -> str:
     return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; {fit}"
 
 
+def _refine(output, model, cluster, training, params, num_trials, seed) -> str:
+    """Refine the top plans; a better plan goes to rank 1 of the results. Returns the summary line."""
+    from autopar.specs.results import RankedPlan
+    from solvers.refine import refine
+
+    res = output.results
+    starts = [rp.plan for rp in res.plans]
+    r = refine(model, cluster, training, starts, max(num_trials, len(starts)), params, seed)
+    head = f"refine: {r.num_trials} Optuna trials (seed {seed}), {r.num_feasible} fit"
+    if not r.improved:
+        return f"{head}; no plan beats the {res.search.solver} best ({r.start.step_seconds:.3f} s)"
+    res.plans = [RankedPlan(plan=r.best_plan, estimate=r.best)] + res.plans[: max(0, len(res.plans) - 1)]
+    res.search.solver = f"{res.search.solver}+refine"
+    res.search.proved_optimal = False  # rank 1 is now the refined plan, outside the table the solver proved
+    return (f"{head}; step {r.start.step_seconds:.3f} s -> {r.best.step_seconds:.3f} s ({-100 * r.gain:+.1f}%, "
+            f"tokens/s {r.start.tokens_per_second:,.0f} -> {r.best.tokens_per_second:,.0f}), stages {r.start.stage_layers} -> {r.best.stage_layers}\n"
+            f"  was {r.start.plan}\n  now {r.best.plan}")
+
+
 @main.command()
 @model_cluster_options
 @training_options
@@ -102,8 +121,12 @@ def _reference_line(text, model, cluster, training, output) -> str:
 @click.option("--emit", "emit_format", type=click.Choice(["megatron", "deepspeed", "torchtitan", "megatron-bridge"]), default=None,
               help="Write the launcher of the best plan")
 @click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes")
+@click.option("--refine", "refine_trials", type=int, default=None,
+              help="Then tune stage layouts, recompute layers and micro-batch of the top plans with N Optuna trials (full cost model)")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --refine sampler")
 def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, objective, top_k, solver,
-           fix_text, max_gbs_tokens, allow_tp_across_nodes, references, no_flash, as_json, out, emit_format, emit_dir):
+           fix_text, max_gbs_tokens, allow_tp_across_nodes, references, no_flash, as_json, out, emit_format, emit_dir,
+           refine_trials, seed):
     """Search the plan space and rank the fastest (or cheapest) plans that fit."""
     model, cluster = resolve_inputs(model_name, cluster_name, gpus)
     params = params_for_cluster(cluster)
@@ -122,10 +145,14 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
             shown[0] = True
             click.echo(f"\rsearching: {done:,} / {total:,} plans ({100 * done / total:.0f}%)", nl=False, err=True)
 
+    if refine_trials is not None and refine_trials <= 0:
+        raise InputError("refine", refine_trials, "must be a positive number of trials")
     output = run_search(request, progress)
     if shown[0]:
         click.echo("", err=True)
     lines = [_reference_line(r, model, cluster, training, output) for r in references]
+    if refine_trials is not None:
+        lines.append(_refine(output, model, cluster, training, params, refine_trials, seed))
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)
