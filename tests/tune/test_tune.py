@@ -1,0 +1,114 @@
+"""autopar tune end to end: a real subprocess trial command (tests/tune/fake_trial.py) with
+ok, failed and out-of-memory trials; two worker processes sharing one SQLite study; the same
+against PostgreSQL when AUTOPAR_TEST_POSTGRES_URL names a server (.ci/run starts one)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+from solvers.tune import parse_trial_output
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIAL = f"{sys.executable} {Path(__file__).parent / 'fake_trial.py'} {{plan_file}}"
+CASE = ["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "24", "--seq-len", "8192", "--global-batch", "64"]
+CLI = [sys.executable, "-c", "from autopar.cli import main; main()"]
+
+
+@pytest.mark.parametrize("output, code, status, seconds", [
+    ("warmup\nautopar-step-seconds: 1.5\n", 0, "ok", 1.5),
+    ("autopar-step-seconds: 9\nautopar-step-seconds: 2.25e0\n", 0, "ok", 2.25),
+    ("RuntimeError: CUDA out of memory. Tried to allocate", 1, "oom", None),
+    ("autopar-oom\n", 0, "oom", None),
+    ("autopar-step-seconds: 1.5\n", 2, "failed", None),
+    ("done\n", 0, "failed", None),
+    ("autopar-step-seconds: -1\n", 0, "failed", None),
+])
+def test_trial_output_protocol(output, code, status, seconds):
+    outcome = parse_trial_output(output, code)
+    assert (outcome.status, outcome.measured_seconds) == (status, seconds)
+
+
+def _rows(out: Path) -> list[dict]:
+    (table,) = out.glob("tune-*.csv")
+    return list(csv.DictReader(table.open()))
+
+
+def test_single_worker_end_to_end(tmp_path):
+    out = tmp_path / "tune"
+    res = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(out), "--emit", "megatron"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    rows = _rows(out)
+    assert len(rows) == 15
+    statuses = [r["status"] for r in rows]
+    assert statuses[:5] == ["ok", "ok", "ok", "failed", "oom"]  # the five enqueued predictions, in rank order
+    assert rows[3]["state"] == "FAIL" and rows[4]["state"] == "COMPLETE"
+    for r in rows:
+        if r["status"] == "ok":
+            assert float(r["measured_over_predicted"]) == pytest.approx(1.07, abs=0.05)
+    trial0 = out / "trials" / "llama3-70b-24gpu-s8192-b64" / "0000"
+    assert json.loads((trial0 / "plan.json").read_text())["plans"][0]["estimate"]["stage_layers"] == [26, 28, 26]
+    assert "autopar-step-seconds" in (trial0 / "log.txt").read_text()
+    assert any((trial0 / "launch").iterdir())
+    assert "best measured:" in res.output and "predicted" in res.output
+    assert (out / "tune.db").exists()
+
+    again = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(tmp_path / "again")],
+                               catch_exceptions=False)
+    assert [r["plan"] for r in _rows(tmp_path / "again")] == [r["plan"] for r in rows]  # seeded: same trials
+
+
+def _two_workers(tmp_path: Path, storage: list[str], study: str) -> list[dict]:
+    out = tmp_path / "shared"
+    procs = [subprocess.Popen([*CLI, "tune", *CASE, "--trial-cmd", TRIAL, "--trials", "6", "--out", str(out), "--seed", str(seed),
+                               "--study", study, *storage], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (1, 2)]
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+    last = subprocess.run([*CLI, "tune", *CASE, "--trial-cmd", TRIAL, "--trials", "1", "--out", str(out), "--seed", "3",
+                           "--study", study, *storage], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert f"study {study} (13 trials, all workers)" in last.stdout
+    rows = list(csv.DictReader((out / f"tune-{study}.csv").open()))
+    assert len(rows) == 13
+    assert len({r["worker"] for r in rows}) == 3
+    starts = [r["plan"] for r in rows[:5]]
+    assert len(set(starts)) == 5  # each prediction enqueued once although every worker enqueued them
+    assert {"ok", "oom", "failed"} <= {r["status"] for r in rows}
+    return rows
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path):
+    _two_workers(tmp_path, [], "shared")
+
+
+def test_two_workers_share_one_postgres_study(tmp_path):
+    url = os.environ.get("AUTOPAR_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("AUTOPAR_TEST_POSTGRES_URL is not set (.ci/run starts a PostgreSQL server and sets it)")
+    if not any(importlib.util.find_spec(m) for m in ("psycopg", "psycopg2")):
+        pytest.skip("no PostgreSQL driver installed (pip install -e '.[postgres]')")
+    _two_workers(tmp_path, ["--storage", url], f"pg-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trial-cmd", "true", "--trials", "3"], "trial-cmd='true': must contain {plan_file}"),
+    (["--trial-cmd", TRIAL, "--trials", "0"], "trials=0: must be a positive integer"),
+    (["--trial-cmd", TRIAL, "--trials", "2", "--storage", "redis://x"], "storage='redis://x': must be an SQLAlchemy URL"),
+    (["--trial-cmd", TRIAL, "--trials", "2", "--timeout", "-1"], "timeout=-1.0: must be a positive number of seconds"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    res = CliRunner().invoke(main, ["tune", *CASE, "--out", str(tmp_path), *args])
+    assert res.exit_code == 1
+    assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
