@@ -150,14 +150,14 @@ def with_postgres_driver(url: str) -> str:
     return url
 
 
-def open_study(req: TuneRequest, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def open_study(req: TuneRequest, sampler: optuna.samplers.BaseSampler) -> tuple[optuna.Study, bool]:
+    """The shared study and whether this worker created it (the database's unique study name
+    decides, so exactly one worker of many enqueues the predictions)."""
     storage = open_storage(storage_url(req))
-    for attempt in range(5):
-        try:
-            return optuna.create_study(storage=storage, study_name=req.study_name, direction="minimize", sampler=sampler, load_if_exists=True)
-        except optuna.exceptions.DuplicatedStudyError:
-            time.sleep(0.2 * (attempt + 1))
-    return optuna.load_study(storage=storage, study_name=req.study_name, sampler=sampler)
+    try:
+        return optuna.create_study(storage=storage, study_name=req.study_name, direction="minimize", sampler=sampler), True
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(storage=storage, study_name=req.study_name, sampler=sampler), False
 
 
 def _plan_results(req: TuneRequest, plan: Plan, est) -> Results:
@@ -172,9 +172,10 @@ def tune(req: TuneRequest, progress: Callable[[dict[str, Any]], None] | None = N
     spaces = [choices(req.model, req.cluster, req.training, p) for p in req.starts]
     req.out_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = open_study(req, make_sampler(req.seed, n_startup_trials=min(10, req.num_trials)))
-    for i, c in enumerate(spaces):
-        study.enqueue_trial(start_params(i, c), skip_if_exists=True)
+    study, created = open_study(req, make_sampler(req.seed, n_startup_trials=min(10, req.num_trials)))
+    if created:
+        for i, c in enumerate(spaces):
+            study.enqueue_trial(start_params(i, c))
     worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def objective(trial: optuna.Trial) -> float:
@@ -282,7 +283,8 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         a = t.user_attrs
         predicted, measured = a.get("predicted_seconds"), a.get("measured_seconds")
-        rows.append(dict(number=t.number, state=t.state.name, status=a.get("status", t.state.name.lower()), worker=a.get("worker", ""),
+        source = "prediction" if "fixed_params" in t.system_attrs else "sampler"  # enqueued top prediction or TPE
+        rows.append(dict(number=t.number, source=source, state=t.state.name, status=a.get("status", t.state.name.lower()), worker=a.get("worker", ""),
                          plan=a.get("plan", ""), predicted_seconds=predicted, measured_seconds=measured,
                          measured_over_predicted=measured / predicted if measured and predicted else None, message=a.get("message", "")))
     return rows
