@@ -114,6 +114,7 @@ def _refine(output, model, cluster, training, params, num_trials, seed) -> str:
 @click.option("--fix", "fix_text", default=None, help="Pin dimensions, e.g. tp=8,pp=16")
 @click.option("--max-gbs-tokens", default=None, help="Reject a global batch above this many tokens (critical batch size)")
 @click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain")
+@click.option("--stage-layouts", is_flag=True, help="Also search the first/last pipeline stages' layer counts")
 @click.option("--reference", "references", multiple=True, help="Also cost this plan and show its rank and gap (repeatable)")
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON")
@@ -125,7 +126,7 @@ def _refine(output, model, cluster, training, params, num_trials, seed) -> str:
               help="Then tune stage layouts, recompute layers and micro-batch of the top plans with N Optuna trials (full cost model)")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --refine sampler")
 def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, objective, top_k, solver,
-           fix_text, max_gbs_tokens, allow_tp_across_nodes, references, no_flash, as_json, out, emit_format, emit_dir,
+           fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, as_json, out, emit_format, emit_dir,
            refine_trials, seed):
     """Search the plan space and rank the fastest (or cheapest) plans that fit."""
     model, cluster = resolve_inputs(model_name, cluster_name, gpus)
@@ -135,7 +136,7 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
-    options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes)
+    options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
     request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params)
     started = time.perf_counter()
     shown = [False]
