@@ -14,6 +14,13 @@ class InputError(AutoparError, ValueError):
         self.rule = rule
         super().__init__(f"{field}={value!r}: {rule}")
 
+    @classmethod
+    def from_validation(cls, exc, prefix: str, value: object = None) -> "InputError":
+        """The first error of a pydantic ValidationError, its location under `prefix`."""
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        return cls(f"{prefix}.{loc}" if loc else prefix, err.get("input") if value is None else value, err["msg"])
+
 
 class ProfileNotFound(AutoparError, LookupError):
     """A preset name that no profile file defines."""

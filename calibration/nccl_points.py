@@ -47,8 +47,7 @@ def read_points(path: str | Path) -> list[NcclLog]:
     except yaml.YAMLError as exc:
         raise InputError("logs", str(path), f"not valid YAML: {exc}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError(f"{path.name}:{'.'.join(str(p) for p in err['loc'])}", err.get("input"), err["msg"]) from None
+        raise InputError.from_validation(exc, path.name) from None
     logs = []
     for i, p in enumerate(spec.points):
         busbw = p.busbw_gb_per_s

@@ -61,9 +61,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"sweep.{loc}", err.get("input"), err["msg"]) from None
+        raise InputError.from_validation(exc, "sweep") from None
 
 
 def case_id(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int) -> str:

@@ -202,9 +202,7 @@ def load_calibration_profile(path: str) -> CalibrationProfile:
     try:
         return CalibrationProfile.model_validate(read_mapping(file, "calibration"))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"calibration {file.name}: {loc}", err.get("input"), err["msg"]) from None
+        raise InputError.from_validation(exc, f"calibration {file.name}") from None
 
 
 def params_for_cluster(cluster: "ClusterSpec", base: CostParams | None = None) -> CostParams:

@@ -144,19 +144,13 @@ class ClusterSpec(_Strict):
         return self.model_copy(update={"num_nodes": num_gpus // self.gpus_per_node})
 
 
-def _pydantic_to_input_error(exc: ValidationError, what: str) -> InputError:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or what
-    return InputError(f"{what}.{loc}", err.get("input"), err["msg"])
-
-
 def _all_gpus() -> dict[str, GpuSpec]:
     out: dict[str, GpuSpec] = {}
     for stem, path in preset_files("gpus").items():
         try:
             spec = GpuSpec.model_validate(read_mapping(path, "gpu"))
         except ValidationError as exc:
-            raise _pydantic_to_input_error(exc, f"gpu profile {path.name}") from None
+            raise InputError.from_validation(exc, f"gpu profile {path.name}") from None
         for key in [stem, spec.name, *spec.aliases]:
             out[key.lower()] = spec
     return out
@@ -179,7 +173,7 @@ def cluster_from_mapping(data: dict[str, Any], what: str = "cluster") -> Cluster
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        raise _pydantic_to_input_error(exc, what) from None
+        raise InputError.from_validation(exc, what) from None
 
 
 def load_cluster(name_or_path: str) -> ClusterSpec:

@@ -161,9 +161,7 @@ def model_from_mapping(data: dict[str, Any], name: str, field: str = "model") ->
     except KeyError as exc:
         raise InputError(field, name, f"HuggingFace config lacks required key {exc.args[0]!r}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"{field}.{loc}" if loc else field, err.get("input"), err["msg"]) from None
+        raise InputError.from_validation(exc, field) from None
 
 
 def load_model(name_or_path: str) -> ModelSpec:

@@ -57,6 +57,4 @@ def load_results(path: str | Path) -> Results:
     try:
         return Results.model_validate_json(text)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"results.{loc}" if loc else "results", str(path), err["msg"]) from None
+        raise InputError.from_validation(exc, "results", value=str(path)) from None
