@@ -55,9 +55,19 @@ def _emit_best_runnable(results, fmt: str, out_dir: str) -> tuple[list, list[str
 def _table(output, references) -> str:
     res = output.results
     lines = [f"{'rank':>4} {'step s':>9} {'tokens/s':>12} {'MFU':>6} {'mem GB':>7} {'bottleneck':<13} plan"]
+    previous, same = None, 0
     for i, rp in enumerate(res.plans, 1):
         e = rp.estimate
+        key = (round(e.step_seconds, 12), round(e.memory_bytes_per_gpu))
+        if key == previous:  # rank-order / CP-algorithm variants that cost exactly the same
+            same += 1
+            continue
+        if same:
+            lines.append(f"{'':>4} {'':>9} (+{same} equal-cost variant(s) of this plan, e.g. rank order; all in --json)")
+        previous, same = key, 0
         lines.append(f"{i:>4} {e.step_seconds:9.3f} {e.tokens_per_second:12,.0f} {100 * e.mfu:5.1f}% {e.memory_bytes_per_gpu / 1e9:7.1f} {e.bottleneck.value:<13} {e.plan}")
+    if same:
+        lines.append(f"{'':>4} {'':>9} (+{same} equal-cost variant(s) of this plan, e.g. rank order; all in --json)")
     s = res.search
     lines.append("")
     lines.append(f"{s.solver}: {s.num_evaluated:,} plans, {s.num_feasible:,} fit; {'proved optimal' if s.proved_optimal else 'best found'} in {s.seconds:.2f} s")
