@@ -16,7 +16,7 @@ from pathlib import Path
 from autopar.cost.context import Batch
 from autopar.space import enumerate_space
 from autopar.specs import TrainingSpec, load_cluster, load_model
-from autopar.specs.costparams import load_cost_params
+from autopar.specs.costparams import params_for_cluster
 from solvers import cpsat, exhaustive
 from solvers.base import Objective
 
@@ -39,7 +39,7 @@ def main() -> None:
     model = load_model("llama3-405b")
     cluster = load_cluster("dgx-h100-superpod").with_gpus(16384)
     training = TrainingSpec(seq_len=8192, global_batch_size=2048)
-    params = load_cost_params()
+    params = params_for_cluster(cluster)  # the preset names its fitted calibration profile
     t_space, space = best_of(lambda: enumerate_space(model, cluster, training), args.repeat)
     batch = Batch(model, cluster, training, params, space)
     t_exh, oracle = best_of(lambda: exhaustive.solve(batch, Objective.throughput, 10), args.repeat)
