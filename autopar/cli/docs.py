@@ -10,21 +10,19 @@ import click
 from autopar.cli import main
 
 
-def _help(command: click.Command, path: list[str]) -> str:
-    with click.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100) as ctx:
-        return command.get_help(ctx)
-
-
 def reference() -> str:
     out = ["# autopar command reference", "", "Generated from `--help` by `python -m autopar.cli.docs`; do not edit.", ""]
 
-    def walk(command: click.Command, path: list[str]) -> None:
-        out.extend([f"## {' '.join(path)}", "", "```", _help(command, path), "```", ""])
-        if isinstance(command, click.Group):
-            for name in sorted(command.commands):
-                walk(command.commands[name], path + [name])
+    def walk(command: click.Command, name: str, parent: click.Context | None, path: list[str]) -> None:
+        # contexts nest as on the command line, so inherited settings (-h) show the same way
+        settings = {**command.context_settings, "terminal_width": 100, "max_content_width": 100}
+        with click.Context(command, info_name=name, parent=parent, **settings) as ctx:
+            out.extend([f"## {' '.join(path)}", "", "```", command.get_help(ctx), "```", ""])
+            if isinstance(command, click.Group):
+                for sub in sorted(command.commands):
+                    walk(command.commands[sub], sub, ctx, path + [sub])
 
-    walk(main, ["autopar"])
+    walk(main, "autopar", None, ["autopar"])
     return "\n".join(out)
 
 
