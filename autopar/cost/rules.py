@@ -105,11 +105,10 @@ def legal_mask(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, t
 def plan_violations(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan) -> list[tuple[str, object, str]]:
     """(field, value, rule) for every broken rule; empty when the plan can be built."""
     n = cluster.num_gpus
-    mp = plan.tp * plan.cp * plan.pp
-    if n % mp:
-        return [("plan", plan.text(), f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) = {mp} does not divide GPUs({n})")]
-    if plan.dp is not None and plan.dp * mp != n:
-        return [("plan.dp", plan.dp, f"tp({plan.tp}) * cp({plan.cp}) * pp({plan.pp}) * dp({plan.dp}) = {mp * plan.dp} != GPUs({n})")]
+    try:  # the product rule lives with the Plan (it derives dp)
+        plan.data_parallel(n)
+    except InputError as exc:
+        return [(exc.field, exc.value, exc.rule)]
     tab = PlanTable.from_plans([plan], n)
     row = {k: int(v[0]) for k, v in tab.columns().items()}
     out = []
