@@ -1,4 +1,34 @@
-"""Typed errors raised at the library boundary; only autopar.cli turns them into exit codes."""
+"""Typed errors raised at the library boundary; only autopar.cli turns them into exit codes.
+
+Every message has the form `<field>=<value>: <rule>` on one line, the value cut to
+VALUE_CHARS characters, so a failure never dumps a whole object (a GPU preset with its source
+notes is 1,800 characters). Text values get TEXT_CHARS: a full plan text (~100-170 characters)
+or a file path is the value a user needs to see whole."""
+
+from __future__ import annotations
+
+VALUE_CHARS = 80
+TEXT_CHARS = 200
+
+
+def one_line(text: str) -> str:
+    """Collapse a message onto one line (a YAML parser's message spans several)."""
+    return " ".join(str(text).split())
+
+
+def short_value(value: object, limit: int | None = None) -> str:
+    """The value as it appears in a message: repr, one line, cut to `limit` characters
+    (VALUE_CHARS, TEXT_CHARS for text). A mapping or list (a whole config object) shows its
+    size, not its contents."""
+    limit = limit or (TEXT_CHARS if isinstance(value, str) else VALUE_CHARS)
+    if isinstance(value, dict):
+        keys = ", ".join(map(str, list(value)[:4]))
+        text = f"{{{keys}{', ...' if len(value) > 4 else ''}}} ({len(value)} keys)"
+    elif isinstance(value, (list, tuple)) and len(repr(value)) > limit:
+        text = f"[...] ({len(value)} items)"
+    else:
+        text = one_line(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class AutoparError(Exception):
@@ -12,14 +42,34 @@ class InputError(AutoparError, ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        super().__init__(f"{field}={value!r}: {rule}")
+        super().__init__(f"{field}={short_value(value)}: {one_line(rule)}")
 
     @classmethod
     def from_validation(cls, exc, prefix: str, value: object = None) -> "InputError":
-        """The first error of a pydantic ValidationError, its location under `prefix`."""
+        """The first error of a pydantic ValidationError, its location under `prefix`. A
+        missing key shows as `(missing)`; an error about a whole object (a cross-field rule)
+        shows `value` when given (e.g. the file's path), else the object's keys."""
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        return cls(f"{prefix}.{loc}" if loc else prefix, err.get("input") if value is None else value, err["msg"])
+        field = f"{prefix}.{loc}" if loc else prefix
+        shown = err.get("input")
+        if err.get("type") == "missing":
+            shown = Missing()
+        elif value is not None and (not loc or isinstance(shown, (dict, list))):
+            shown = value
+        return cls(field, shown, _pydantic_rule(err))
+
+
+class Missing:
+    """Stands for a key the input lacks (shown as `(missing)`)."""
+
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+def _pydantic_rule(err: dict) -> str:
+    msg = str(err.get("msg", "invalid"))
+    return msg.removeprefix("Value error, ")
 
 
 class ProfileNotFound(AutoparError, LookupError):
@@ -29,5 +79,5 @@ class ProfileNotFound(AutoparError, LookupError):
         self.kind = kind
         self.name = name
         super().__init__(
-            f"unknown {kind} {name!r}; known presets: {', '.join(sorted(known))}"
+            f"{kind.lower()}={short_value(name)}: unknown {kind} preset and not a file; known presets: {', '.join(sorted(known))}"
         )

@@ -22,7 +22,27 @@ FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending, built from its prime factorisation: trial division up to
+    sqrt(n) and then work proportional to the number of divisors (trying every integer up to n
+    never returned for n = 10^12)."""
+    if n < 1:
+        return []
+    factors: list[tuple[int, int]] = []
+    rest, p = n, 2
+    while p * p <= rest:
+        if rest % p == 0:
+            k = 0
+            while rest % p == 0:
+                rest //= p
+                k += 1
+            factors.append((p, k))
+        p += 1 if p == 2 else 2
+    if rest > 1:
+        factors.append((rest, 1))
+    out = [1]
+    for prime, power in factors:
+        out = [d * prime**e for d in out for e in range(power + 1)]
+    return sorted(out)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -249,6 +249,13 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     }
 
 
-def validate_runs(path: str | Path, params: CostParams | None = None) -> dict[str, Any]:
-    results = [predict_row(r, params) for r in load_rows(path)]
+def validate_runs(path: str | Path, params: CostParams | None = None,
+                  progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+    """progress(done, total, row id) is called after each row (the CLI's progress line)."""
+    rows = load_rows(path)
+    results = []
+    for i, row in enumerate(rows, 1):
+        results.append(predict_row(row, params))
+        if progress:
+            progress(i, len(rows), str(row.get("id")))
     return {"rows": [r.model_dump(mode="json") for r in results], "summary": summarize(results)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -14,8 +14,10 @@ from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
 from autopar.cost.rules import RULES
 from autopar.errors import AutoparError, InputError
+from autopar.limits import MAX_TOP_K
 from autopar.space import SpaceOptions, candidate_space, enumerate_space
 from autopar.specs.costparams import CostParams, load_cost_params
+from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
@@ -25,6 +27,12 @@ from solvers import cpsat, exhaustive
 from solvers.base import Objective, Ranking
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
+CHUNK_ROWS = 256  # ranked rows estimated at a time while collecting the top plans
+CPSAT_MAX_FETCH = 1024  # CP-SAT finds its top plans one solve each (~0.1-0.5 s): how deep to look
+FILTER_MAX_SCAN = 20_000  # ranked plans a plan filter examines (1-30 ms each) before giving up
+
+PlanFilter = Callable[[Plan, Estimate], "str | None"]
+"""Why a plan is refused (e.g. the launcher framework cannot run it), or None to accept it."""
 
 
 class NoFeasiblePlan(AutoparError):
@@ -41,6 +49,8 @@ class SearchRequest:
     solver: str = "auto"
     options: SpaceOptions = field(default_factory=SpaceOptions)
     params: CostParams | None = None
+    plan_filter: PlanFilter | None = field(default=None, repr=False)
+    filter_name: str | None = None  # what plan_filter stands for, e.g. "deepspeed" (SearchInfo.framework)
 
 
 @dataclass
@@ -49,6 +59,8 @@ class SearchOutput:
     ranking: Ranking
     batch: Batch
     seconds: float
+    num_refused: int = 0  # ranked plans plan_filter refused before the top plans were found
+    first_refusal: str | None = None  # the best refused plan and why
 
 
 def _batch(req: SearchRequest, cluster: ClusterSpec | None = None) -> Batch:
@@ -58,8 +70,10 @@ def _batch(req: SearchRequest, cluster: ClusterSpec | None = None) -> Batch:
 
 
 def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None = None) -> SearchOutput:
-    if req.top_k <= 0:
-        raise InputError("top", req.top_k, "must be a positive integer")
+    """The top_k distinct plans (plans that cost exactly the same as the one above fold into it
+    as equal-cost variants), best first, each one plan_filter accepts."""
+    if isinstance(req.top_k, bool) or not 0 < req.top_k <= MAX_TOP_K:
+        raise InputError("top", req.top_k, f"must be a positive integer at most {MAX_TOP_K}")
     start = time.perf_counter()
     batch = _batch(req)
     if len(batch.tab) == 0:
@@ -67,24 +81,95 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
     solver = req.solver
     if solver == "auto":
         solver = "exhaustive" if len(batch.tab) <= EXHAUSTIVE_MAX_ROWS else "cpsat"
-    if solver == "exhaustive":
-        ranking = exhaustive.solve(batch, req.objective, req.top_k, progress)
-    elif solver == "cpsat":
-        ranking = cpsat.solve(batch, req.objective, req.top_k)
-    else:
+    if solver not in ("exhaustive", "cpsat"):
         raise InputError("solver", solver, "must be auto, cpsat or exhaustive")
+    fetch = max(4 * req.top_k, 32)
+    if solver == "exhaustive":
+        ranking = exhaustive.solve(batch, req.objective, fetch, progress)
+    else:
+        ranking = cpsat.solve(batch, req.objective, fetch)
     if len(ranking.rows) == 0:
         raise NoFeasiblePlan(explain_infeasible(req, batch, ranking))
-    top = batch.tab.take(ranking.rows)
-    top_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, top)
-    result = evaluate(top_batch)
-    plans = [RankedPlan(plan=top.plan(i), estimate=to_estimate(top_batch, result, i)) for i in range(len(top))]
+    walk = _Walk(req)
+    for rows in _ranked_chunks(req, batch, ranking):
+        if walk.take(batch, rows):
+            break
+    if not walk.groups:
+        raise NoFeasiblePlan(f"no plan that fits is runnable by {req.filter_name or 'the filter'} among the best "
+                             f"{walk.num_scanned:,}; the best one is refused: {walk.first_refusal}")
+    plans = [RankedPlan(plan=g[0][0], estimate=g[0][1], equal_cost_variants=[p.text() for p, _ in g[1:]]) for g in walk.groups]
     seconds = time.perf_counter() - start
     info = SearchInfo(solver=ranking.solver, seconds=seconds, num_feasible=ranking.num_feasible,
-                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal)
+                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal, framework=req.filter_name)
     results = Results(autopar_version=__version__, inputs=Inputs(model=req.model, cluster=req.cluster, training=req.training),
                       plans=plans, search=info)
-    return SearchOutput(results, ranking, batch, seconds)
+    return SearchOutput(results, ranking, batch, seconds, walk.num_refused, walk.first_refusal)
+
+
+def _ranked_chunks(req: SearchRequest, batch: Batch, ranking: Ranking) -> Iterator[np.ndarray]:
+    """Feasible rows of the space in rank order, a chunk at a time. The exhaustive solver's
+    full order is known; CP-SAT is asked for more plans (4x each time) when the first ones run out."""
+    extra = ranking.extra
+    if "all_objective" in extra:
+        values, ok = extra["all_objective"], extra["all_feasible"]
+        order = np.flatnonzero(ok)[np.argsort(values[ok], kind="stable")]
+        for i in range(0, len(order), CHUNK_ROWS):
+            yield order[i:i + CHUNK_ROWS]
+        return
+    seen: set[int] = set()
+    rows, fetch = ranking.rows, len(ranking.rows)
+    while True:
+        new = np.asarray([r for r in rows.tolist() if r not in seen], dtype=np.int64)
+        seen.update(new.tolist())
+        for i in range(0, len(new), CHUNK_ROWS):
+            yield new[i:i + CHUNK_ROWS]
+        if len(rows) < fetch or fetch >= min(CPSAT_MAX_FETCH, ranking.num_feasible):
+            return
+        fetch = min(4 * fetch, CPSAT_MAX_FETCH)
+        rows = cpsat.solve(batch, req.objective, fetch).rows
+
+
+class _Walk:
+    """Collects the top distinct plans from ranked rows: equal (step, memory) neighbours fold
+    into one group; rows the plan filter refuses are counted and skipped."""
+
+    def __init__(self, req: SearchRequest):
+        self.req = req
+        self.groups: list[list[tuple[Plan, Estimate]]] = []
+        self.keys: list[tuple[float, float]] = []
+        self.num_scanned = 0
+        self.num_refused = 0
+        self.first_refusal: str | None = None
+
+    def take(self, batch: Batch, rows: np.ndarray) -> bool:
+        """Estimate the chunk's rows in order; True once top_k groups are complete."""
+        sub = Batch(batch.model, batch.cluster, batch.training, batch.params, batch.tab.take(rows))
+        result = evaluate(sub)
+        for i in range(len(rows)):
+            plan, est = sub.tab.plan(i), to_estimate(sub, result, i)
+            key = (round(est.step_seconds, 12), round(est.memory_bytes_per_gpu))
+            same = bool(self.keys) and key == self.keys[-1]
+            if not same and (len(self.groups) == self.req.top_k or self.num_refused >= FILTER_MAX_SCAN):
+                return True
+            if not self._accepts(plan, est):
+                continue
+            if same:
+                self.groups[-1].append((plan, est))
+            else:
+                self.groups.append([(plan, est)])
+                self.keys.append(key)
+        return False
+
+    def _accepts(self, plan: Plan, est: Estimate) -> bool:
+        self.num_scanned += 1
+        if self.req.plan_filter is None:
+            return True
+        reason = self.req.plan_filter(plan, est)
+        if reason is None:
+            return True
+        self.num_refused += 1
+        self.first_refusal = self.first_refusal or f"{plan.text()}: {reason}"
+        return False
 
 
 def explain_empty(req: SearchRequest) -> str:

@@ -13,55 +13,70 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from autopar.errors import AutoparError, InputError
-from autopar.specs import TrainingSpec, load_cluster, load_model
+from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
+from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
+from autopar.specs._base import StrictModel
 from autopar.specs._files import read_mapping
 from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
 from solvers.base import Objective
 from solvers.search import SearchRequest, run_search
 
 CASES_FILE = "cases.jsonl"
+SPEC_FILE = "sweep.json"  # the sweep an --out folder holds (check_same_sweep)
+MAX_WORKERS = 256
 TOP_PLANS_KEPT = 10  # plans per case kept for the memory-vs-step plot
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(StrictModel):
     """A sweep file (profiles/sweeps/*.yaml): every combination of the lists is one case."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="Sweep name (used in the summary title)")
+    name: str = Field(min_length=1, description="Sweep name (used in the summary title)")
     description: str = Field("", description="What the sweep covers")
     models: list[str] = Field(min_length=1, description="Model presets or files")
     clusters: list[str] = Field(min_length=1, description="Cluster presets or files")
     gpus: list[int] = Field(min_length=1, description="GPU counts (whole nodes of each cluster)")
     seq_lens: list[int] = Field(min_length=1, description="Sequence lengths, tokens")
     global_batches: list[int] = Field(min_length=1, description="Global batch sizes, sequences")
-    precision: str = Field("bf16", description="GEMM precision of every case")
+    precision: Precision = Field(Precision.bf16, description="GEMM precision of every case: bf16 | fp16 | fp8 | fp4")
     fixed: dict[str, Any] = Field(default_factory=dict, description="Plan dimensions pinned in every case (like search --fix)")
     objective: Objective = Field(Objective.throughput, description="throughput | cost")
-    solver: str = Field("auto", description="auto | exhaustive | cpsat")
-    top_k: int = Field(5, gt=0, description="Plans ranked per case")
+    solver: Literal["auto", "exhaustive", "cpsat"] = Field("auto", description="auto | exhaustive | cpsat")
+    top_k: int = Field(5, gt=0, le=MAX_TOP_K, description="Plans ranked per case")
     threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
+    extrapolate_fabric: bool = Field(False, description="Allow GPU counts beyond the cluster file's fabric (its top tier repeats)")
 
     @field_validator("gpus", "seq_lens", "global_batches")
     @classmethod
-    def _positive(cls, values: list[int]) -> list[int]:
+    def _positive(cls, values: list[int], info) -> list[int]:
+        limit = {"gpus": MAX_GPUS, "seq_lens": MAX_SEQ_LEN, "global_batches": MAX_TOKENS_PER_STEP}[info.field_name]
         for v in values:
-            if v <= 0:
-                raise ValueError(f"{v} must be a positive integer")
+            if not 0 < v <= limit:
+                raise ValueError(f"{v} must be a positive integer at most {limit:,}")
         return values
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
+    """The sweep file, with every model, cluster and GPU count resolved once, so that a typo
+    fails here in one line instead of as an error in every case."""
     data = read_mapping(Path(path), "sweep")
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise InputError.from_validation(exc, "sweep") from None
+        raise InputError.from_validation(exc, "sweep", value=str(path)) from None
+    for name in spec.models:
+        load_model(name)
+    for name in spec.clusters:
+        cluster = load_cluster(name)
+        for gpus in spec.gpus:
+            cluster.with_gpus(gpus, beyond_fabric=spec.extrapolate_fabric)
+    return spec
 
 
 def case_id(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int) -> str:
@@ -109,7 +124,7 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
     record = dict(case)
     try:
         model = load_model(case["model"])
-        cluster = load_cluster(case["cluster"]).with_gpus(case["gpus"])
+        cluster = load_cluster(case["cluster"]).with_gpus(case["gpus"], beyond_fabric=spec.extrapolate_fabric)
         training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision)
         params = apply_overrides(params_for_cluster(cluster), overrides)
         request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=dict(spec.fixed)), params)
@@ -143,19 +158,20 @@ def read_records(out_dir: Path) -> dict[str, dict[str, Any]]:
     path = out_dir / CASES_FILE
     if not path.exists():
         return {}
+    raw = path.read_bytes().decode("utf-8", errors="replace")  # a garbled line fails to parse and is dropped
     records: dict[str, dict[str, Any]] = {}
     good: list[str] = []
-    for line in path.read_text().splitlines(keepends=True):
+    for line in raw.splitlines(keepends=True):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not line.endswith("\n") or not isinstance(record, dict) or "case" not in record:
+        if not line.endswith("\n") or not isinstance(record, dict) or not isinstance(record.get("case"), str):
             continue
         records.setdefault(record["case"], record)
         good.append(line)
     text = "".join(good)
-    if text != path.read_text():
+    if text != raw:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
@@ -165,7 +181,7 @@ def read_records(out_dir: Path) -> dict[str, dict[str, Any]]:
 def append_record(out_dir: Path, record: dict[str, Any]) -> None:
     """One O_APPEND write of one whole line, flushed to disk: readers see whole lines only."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(out_dir / CASES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(out_dir / CASES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, line)
         os.fsync(fd)
@@ -173,15 +189,38 @@ def append_record(out_dir: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def check_same_sweep(out: Path, spec: SweepSpec) -> None:
+    """SPEC_FILE records the sweep an --out folder belongs to; --resume with another sweep
+    would mix two grids' cases in one summary, so it is refused."""
+    path = out / SPEC_FILE
+    mine = spec.model_dump(mode="json")
+    if not path.exists():
+        path.write_text(json.dumps(mine, indent=1, sort_keys=True) + "\n")
+        return
+    try:
+        theirs = json.loads(path.read_text())
+    except (OSError, ValueError):
+        theirs = None
+    if theirs != mine:
+        keys = sorted(k for k in mine if not isinstance(theirs, dict) or theirs.get(k) != mine.get(k))
+        raise InputError("resume", str(out), f"the folder holds a different sweep (differs in {', '.join(keys) or 'format'}; "
+                         f"see {SPEC_FILE}); resume it with its own sweep file or choose another --out")
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bool = False,
               overrides: dict[str, Any] | None = None, progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
-    """Run every case not yet in cases.jsonl; returns all records in case order."""
+    """Run every case not yet in cases.jsonl; returns all records in case order. An interrupt
+    (Ctrl-C, SIGTERM) stops the workers at once; every finished case is already on disk."""
     out = Path(out_dir)
-    if workers <= 0:
-        raise InputError("workers", workers, "must be a positive integer")
+    if isinstance(workers, bool) or not 0 < workers <= MAX_WORKERS:
+        raise InputError("workers", workers, f"must be a positive integer at most {MAX_WORKERS}")
     if (out / CASES_FILE).exists() and not resume:
         raise InputError("out", str(out), f"already holds {CASES_FILE}; pass --resume to continue it or choose an empty directory")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        check_same_sweep(out, spec)
+    except OSError as exc:
+        raise InputError("out", str(out), f"cannot write ({exc.strerror})") from None
     all_cases = cases(spec)
     done = read_records(out)
     todo = [c for c in all_cases if c["case"] not in done]
@@ -203,13 +242,53 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bo
         for case in todo:
             record_done(run_case(case, spec_data, overrides))
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn")) as pool:
-            pending = {pool.submit(run_case, c, spec_data, overrides) for c in todo}
-            while pending:
-                finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished_now:
-                    record_done(future.result())
+        _run_in_workers(todo, min(workers, len(todo)), spec_data, overrides, record_done)
     return [done[c["case"]] for c in all_cases]
+
+
+def _run_in_workers(todo, workers, spec_data, overrides, record_done) -> None:
+    """Cases in spawned worker processes. Not `with ProcessPoolExecutor`: its exit waits for
+    the running cases (30-47 s after a Ctrl-C), so on any exception the workers are killed."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+    try:
+        pending = {pool.submit(run_case, c, spec_data, overrides) for c in todo}
+        while pending:
+            finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished_now:
+                record_done(future.result())
+    except BaseException:
+        _kill_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+
+
+def _worker_init() -> None:
+    """In each worker: Ctrl-C goes to the whole terminal process group, but only the parent
+    acts on it (it terminates the workers), so workers ignore SIGINT; and on Linux a worker is
+    sent SIGTERM when the parent dies, so no worker outlives a killed sweep."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
 
 
 # ---- baseline comparison -------------------------------------------------------------------

@@ -44,6 +44,7 @@ from solvers.refine import ILLEGAL, choices, make_sampler, set_constraint, start
 STEP_LINE = re.compile(r"^\s*autopar-step-seconds:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
 OOM_LINE = re.compile(r"autopar-oom|out of memory", re.IGNORECASE)
 PLACEHOLDERS = ("{plan_file}", "{plan}", "{trial_dir}")
+MAX_TRIALS = 100_000  # each trial is a training run
 LOG_TAIL_CHARS = 400  # of the trial's output, kept in the study for failed trials
 
 
@@ -67,7 +68,7 @@ def parse_trial_output(output: str, returncode: int) -> TrialOutcome:
         value = float(steps[-1])
     except ValueError:
         return TrialOutcome("failed", None, f"unreadable step time {steps[-1]!r}")
-    if not (value > 0 and math.isfinite(value)):
+    if not (value > 0 and math.isfinite(value)):  # also NaN
         return TrialOutcome("failed", None, f"step time must be a positive number, got {steps[-1]}")
     return TrialOutcome("ok", value, "")
 
@@ -103,15 +104,25 @@ class TuneRequest:
     prepare: Callable[[Path, Results], list[str]] | None = field(default=None, repr=False)  # e.g. write the launcher
 
 
+STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,127}$")  # a folder name under OUT/trials: no '/' or '..'
+
+
 def check_request(req: TuneRequest) -> None:
-    if not any(p in req.trial_cmd for p in PLACEHOLDERS):
-        raise InputError("trial-cmd", req.trial_cmd, "must contain {plan_file} (or {plan} / {trial_dir}) so the command knows which plan to run")
-    if req.num_trials <= 0:
-        raise InputError("trials", req.num_trials, "must be a positive integer")
-    if req.timeout_seconds is not None and req.timeout_seconds <= 0:
-        raise InputError("timeout", req.timeout_seconds, "must be a positive number of seconds")
+    check_options(req)
     if not req.starts:
         raise InputError("top", 0, "tune needs at least one predicted plan to start from")
+
+
+def check_options(req: TuneRequest) -> None:
+    """The checks that need no starting plans (the CLI runs them before its search)."""
+    if not STUDY_NAME.match(req.study_name) or ".." in req.study_name:
+        raise InputError("study", req.study_name, "must be 1-128 letters, digits and . _ = + - (it names a folder under --out)")
+    if not any(p in req.trial_cmd for p in PLACEHOLDERS):
+        raise InputError("trial-cmd", req.trial_cmd, "must contain {plan_file} (or {plan} / {trial_dir}) so the command knows which plan to run")
+    if not 0 < req.num_trials <= MAX_TRIALS:
+        raise InputError("trials", req.num_trials, f"must be a positive integer at most {MAX_TRIALS:,}")
+    if req.timeout_seconds is not None and not (req.timeout_seconds > 0 and math.isfinite(req.timeout_seconds)):
+        raise InputError("timeout", req.timeout_seconds, "must be a positive number of seconds")
 
 
 def storage_url(req: TuneRequest) -> str:
@@ -129,9 +140,9 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         except ImportError as exc:
             raise InputError("storage", url, f"needs a database driver: {exc} (pip install 'autopar[postgres]')") from None
-        except Exception:  # noqa: BLE001  (sqlalchemy OperationalError / IntegrityError on the race)
+        except Exception as exc:  # noqa: BLE001  (sqlalchemy OperationalError / IntegrityError on the race)
             if attempt == 4:
-                raise
+                raise InputError("storage", url, f"cannot open the study storage: {' '.join(str(exc).split())[:200]}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -193,7 +204,7 @@ def tune(req: TuneRequest, progress: Callable[[dict[str, Any]], None] | None = N
         earlier = _earlier_run(study, plan.text(), trial.number)
         if earlier is not None:  # a measured run costs GPU time: reuse the first one of this plan
             return _reuse(trial, earlier, est, progress)
-        trial_dir = req.out_dir / "trials" / req.study_name / f"{trial.number:04d}"
+        trial_dir = (req.out_dir / "trials" / req.study_name / f"{trial.number:04d}").resolve()  # the command runs inside it
         trial_dir.mkdir(parents=True, exist_ok=True)
         results = _plan_results(req, plan, est)
         plan_file = trial_dir / "plan.json"
@@ -203,7 +214,8 @@ def tune(req: TuneRequest, progress: Callable[[dict[str, Any]], None] | None = N
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("message", "; ".join([*notes, outcome.message]) if notes or outcome.message else "")
         if progress:
-            progress(dict(number=trial.number, status=outcome.status, plan=plan.text(), predicted=est.step_seconds, measured=outcome.measured_seconds))
+            progress(dict(number=trial.number, status=outcome.status, plan=plan.text(), predicted=est.step_seconds,
+                          measured=outcome.measured_seconds, message=trial.user_attrs["message"]))
         if outcome.status == "ok":
             trial.set_user_attr("measured_seconds", outcome.measured_seconds)
             set_constraint(trial, 0.0)

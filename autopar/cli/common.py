@@ -1,22 +1,45 @@
-"""Options shared by commands: model, cluster, GPUs, training, output."""
+"""Options shared by commands: model, cluster, GPUs, training, output.
+
+Imports of the specs and the cost model happen inside the functions, so that `--help` of a
+command stays fast (tests/cli/test_lazy.py)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from autopar.errors import InputError
-from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_model
+from autopar.limits import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
+
+if TYPE_CHECKING:
+    from autopar.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
+# The values of autopar.specs.Precision and solvers.base.Objective, spelled here so that --help
+# needs neither pydantic nor numpy (tests/cli/test_lazy.py checks they agree).
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+OBJECTIVES = ("throughput", "cost")
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "megatron-bridge")
 
-def parse_count(value: str, field: str, binary: bool = False) -> int:
+
+# Defaults when a command gets no --seq-len / --global-batch(-tokens) (README 'Defaults'):
+# pre-training sequences of min(max_position_embeddings, 8192) tokens -- LLaMA 3 pre-trained
+# on 8,192-token sequences and reached its 131,072 max_position_embeddings in a separate
+# long-context phase, so a config's maximum is not its pre-training length -- and a global
+# batch of about 4M tokens (LLaMA 2 used 4M for every size; LLaMA 3 405B started at 4M),
+# rounded down to a power of two sequences so that many data-parallel degrees divide it.
+DEFAULT_MAX_SEQ_LEN = 8192
+DEFAULT_BATCH_TOKENS = 2**22
+
+
+def parse_count(value: str, field: str, binary: bool = False, maximum: float | None = None) -> int:
     """'16M' -> 16_000_000, '1Gi' -> 2**30, '4096' -> 4096 (a trailing B is ignored).
     binary=True reads K/M/G/T as powers of two, the ML convention for token batches
     ('16M tokens' = 2048 x 8192 = 16,777,216)."""
@@ -33,58 +56,140 @@ def parse_count(value: str, field: str, binary: bool = False) -> int:
         result = float(number) * scale
     except ValueError:
         raise InputError(field, value, "must be a number with an optional K/M/G/T or Ki/Mi/Gi suffix") from None
+    if not math.isfinite(result):
+        raise InputError(field, value, "must be a finite number")
     if result <= 0 or result != int(result):
         raise InputError(field, value, "must be a positive whole number")
+    if maximum is not None and result > maximum:
+        raise InputError(field, value, f"must be at most {int(maximum):,}")
     return int(result)
 
 
 def model_cluster_options(f: Callable) -> Callable:
-    f = click.option("--gpus", type=int, default=None, help="Total GPUs (whole nodes); default: the preset's size")(f)
+    f = click.option("--extrapolate-fabric", is_flag=True,
+                     help="Allow more GPUs than the cluster file's fabric describes (its top tier is assumed to repeat)")(f)
+    f = click.option("--gpus", type=int, default=None, help="Total GPUs (whole nodes); default: the cluster file's size")(f)
     f = click.option("--cluster", "cluster_name", required=True, help="Cluster preset or YAML file")(f)
-    f = click.option("--model", "model_name", required=True, help="Model preset, autopar model file or HF config.json")(f)
+    f = click.option("--model", "model_name", required=True,
+                     help="Model preset, autopar model file, HF config.json or HF checkpoint directory")(f)
     return f
 
 
 def training_options(f: Callable) -> Callable:
-    f = click.option("--precision", type=click.Choice([p.value for p in Precision]), default="bf16", show_default=True, help="GEMM precision")(f)
-    f = click.option("--global-batch-tokens", default=None, help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch")(f)
+    f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
+    f = click.option("--global-batch-tokens", default=None,
+                     help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch. "
+                          "Default: about 4M tokens, a power of two sequences")(f)
     f = click.option("--global-batch", type=int, default=None, help="Global batch in sequences")(f)
-    f = click.option("--seq-len", type=int, required=True, help="Sequence length, tokens")(f)
+    f = click.option("--seq-len", type=int, default=None,
+                     help="Sequence length, tokens. Default: the model's max_position_embeddings, at most 8192")(f)
     return f
 
 
-def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None) -> tuple[ModelSpec, ClusterSpec]:
+def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapolate_fabric: bool = False) -> tuple[ModelSpec, ClusterSpec]:
+    from autopar.specs import load_cluster, load_model
+
     model = load_model(model_name)
-    cluster = load_cluster(cluster_name)
+    cluster = described = load_cluster(cluster_name)
     if gpus is not None:
-        cluster = cluster.with_gpus(gpus)
+        cluster = described.with_gpus(gpus, beyond_fabric=extrapolate_fabric)
+        if gpus > described.fabric_num_gpus:
+            note(f"--extrapolate-fabric: {gpus:,} GPUs on {cluster.name}, whose fabric describes "
+                 f"{described.fabric_num_gpus:,}; its top tier is assumed to repeat")
     return model, cluster
 
 
-def resolve_training(seq_len: int, global_batch: int | None, global_batch_tokens: str | None, precision: str, **extra: Any) -> TrainingSpec:
-    if seq_len <= 0:
-        raise InputError("seq-len", seq_len, "must be a positive integer")
-    if (global_batch is None) == (global_batch_tokens is None):
-        raise InputError("global-batch", global_batch, "give exactly one of --global-batch or --global-batch-tokens")
+def default_seq_len(model: ModelSpec) -> int:
+    if model.max_position_embeddings is None:
+        raise InputError("seq-len", None, f"model {model.name} has no max_position_embeddings to default from; give --seq-len")
+    return min(model.max_position_embeddings, DEFAULT_MAX_SEQ_LEN)
+
+
+def default_global_batch(seq_len: int) -> int:
+    """The power of two sequences nearest below DEFAULT_BATCH_TOKENS (at least one sequence)."""
+    sequences = max(1, DEFAULT_BATCH_TOKENS // seq_len)
+    return 1 << (sequences.bit_length() - 1)
+
+
+def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | None, global_batch_tokens: str | None,
+                     precision: str, **extra: Any) -> TrainingSpec:
+    """The training spec from the options; missing sequence length and batch default from the
+    model by the rule above; sane limits on every count."""
+    from autopar.specs import Precision, TrainingSpec
+
+    defaults = []
+    if seq_len is None:
+        seq_len = default_seq_len(model)
+        defaults.append(f"seq-len {seq_len}")
+    if not 0 < seq_len <= MAX_SEQ_LEN:
+        raise InputError("seq-len", seq_len, f"must be a positive integer at most {MAX_SEQ_LEN:,}")
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError("global-batch", global_batch, "give one of --global-batch or --global-batch-tokens, not both")
     if global_batch_tokens is not None:
-        tokens = parse_count(global_batch_tokens, "global-batch-tokens", binary=True)
+        tokens = parse_count(global_batch_tokens, "global-batch-tokens", binary=True, maximum=MAX_TOKENS_PER_STEP)
         if tokens % seq_len:
             raise InputError("global-batch-tokens", global_batch_tokens, f"must be a multiple of seq-len={seq_len}")
         global_batch = tokens // seq_len
-    if global_batch is None or global_batch <= 0:
+    elif global_batch is None:
+        global_batch = default_global_batch(seq_len)
+        defaults.append(f"global batch {global_batch} sequences")
+    if global_batch <= 0:
         raise InputError("global-batch", global_batch, "must be a positive integer")
+    if global_batch * seq_len > MAX_TOKENS_PER_STEP:
+        raise InputError("global-batch", global_batch, f"{global_batch * seq_len:,} tokens per step; at most {MAX_TOKENS_PER_STEP:,}")
+    if defaults:
+        note(f"defaults from {model.name}: {', '.join(defaults)} ({seq_len * global_batch:,} tokens per step; see --help)")
+    if model.max_position_embeddings is not None and seq_len > model.max_position_embeddings:
+        note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
     return TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision), **extra)
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write a results file so that a reader never sees half of it."""
+def check_stage_layout(plan, model):
+    """A plan's explicit first/last stage layers checked against the model before costing, so
+    the error names first/last rather than a rule that depends on them (vpp)."""
+    plan.layers_per_stage(model.num_layers)
+    return plan
+
+
+def note(text: str) -> None:
+    """Remember a note for stderr; flush_notes() prints the notes once the command has
+    succeeded, so that a failure stays the one `Error:` line."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        click.echo(f"note: {text}", err=True)
+    else:
+        ctx.meta.setdefault("autopar.notes", []).append(text)
+
+
+def flush_notes() -> None:
+    ctx = click.get_current_context(silent=True)
+    for text in ctx.meta.pop("autopar.notes", []) if ctx else []:
+        click.echo(f"note: {text}", err=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | Path, text: str, field: str = "out") -> None:
+    """Write a results file so that a reader never sees half of it, with the permissions a
+    plain open() would give (mkstemp creates 0600, which hides results from teammates)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(field, str(path), f"cannot write ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(field, str(path), f"cannot write ({exc.strerror})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

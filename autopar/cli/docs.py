@@ -19,8 +19,8 @@ def reference() -> str:
         with click.Context(command, info_name=name, parent=parent, **settings) as ctx:
             out.extend([f"## {' '.join(path)}", "", "```", command.get_help(ctx), "```", ""])
             if isinstance(command, click.Group):
-                for sub in sorted(command.commands):
-                    walk(command.commands[sub], sub, ctx, path + [sub])
+                for sub in command.list_commands(ctx):  # loads lazily registered commands
+                    walk(command.get_command(ctx, sub), sub, ctx, path + [sub])
 
     walk(main, "autopar", None, ["autopar"])
     return "\n".join(out)

@@ -5,32 +5,30 @@ from __future__ import annotations
 
 import click
 
-from autopar import __version__
 from autopar.cli import main
-from autopar.cli.common import resolve_inputs, resolve_training
-from autopar.emit import FORMATS, emit as emit_artefacts, job_from_results, write_artefacts
-from autopar.emit.common import EmitJob
+from autopar.cli.common import FRAMEWORKS, PRECISIONS, check_stage_layout, flush_notes, resolve_inputs, resolve_training
 from autopar.errors import InputError
-from autopar.specs import parse_plan
-from autopar.specs.results import load_results
 
 
-def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text) -> EmitJob:
+def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text):
+    from autopar import __version__
     from autopar.cost import estimate as cost_estimate  # only this path needs the cost model
+    from autopar.emit.common import EmitJob
+    from autopar.specs import parse_plan
 
-    missing = [name for name, value in (("--model", model_name), ("--cluster", cluster_name), ("--seq-len", seq_len), ("--plan", plan_text)) if value is None]
+    missing = [name for name, value in (("--model", model_name), ("--cluster", cluster_name), ("--plan", plan_text)) if value is None]
     if missing:
-        raise InputError("emit", " ".join(missing), "give a RESULTS.json file, or --model, --cluster, --seq-len, --global-batch and --plan")
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus)
-    training = resolve_training(seq_len, global_batch, global_batch_tokens, precision)
-    plan = parse_plan(plan_text)
+        raise InputError("emit", " ".join(missing), "give a RESULTS.json file, or --model, --cluster and --plan")
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
+    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision)
+    plan = check_stage_layout(parse_plan(plan_text), model)
     return EmitJob(model, cluster, training, plan, cost_estimate(model, cluster, training, plan), rank=1, version=__version__)
 
 
 @main.command()
 @click.argument("results", required=False, type=click.Path(dir_okay=False))
-@click.option("--rank", type=int, default=1, show_default=True, help="Which plan of the results file (1 = best)")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="Launcher to write")
+@click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True, help="Which plan of the results file (1 = best)")
+@click.option("--format", "fmt", type=click.Choice(FRAMEWORKS), required=True, help="Launcher to write")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Folder to write into; default: print to stdout")
 @click.option("--model", "model_name", default=None, hidden=True)
 @click.option("--cluster", "cluster_name", default=None, hidden=True)
@@ -38,7 +36,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
 @click.option("--seq-len", type=int, default=None, hidden=True)
 @click.option("--global-batch", type=int, default=None, hidden=True)
 @click.option("--global-batch-tokens", default=None, hidden=True)
-@click.option("--precision", default="bf16", hidden=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", hidden=True)
 @click.option("--plan", "plan_text", default=None, hidden=True)
 def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text):
     """Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`).
@@ -46,6 +44,9 @@ def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, g
     Each config is re-checked against the framework's own rules; a plan the framework would
     reject is refused with the rule it breaks.
     """
+    from autopar.emit import emit as emit_artefacts, job_from_results, write_artefacts
+    from autopar.specs.results import load_results
+
     if results is not None:
         if plan_text is not None or model_name is not None:
             raise InputError("emit", results, "give either RESULTS.json or --model/--cluster/--plan, not both")
@@ -53,10 +54,15 @@ def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, g
     else:
         job = _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text)
     artefacts = emit_artefacts(job, fmt)
+    flush_notes()
     if out_dir is None:
         for art in artefacts:
             click.echo(f"==> {art.name} <==")
             click.echo(art.text, nl=False)
         return
-    for path in write_artefacts(artefacts, out_dir):
+    try:
+        paths = write_artefacts(artefacts, out_dir)
+    except OSError as exc:
+        raise InputError("out", out_dir, f"cannot write ({exc.strerror})") from None
+    for path in paths:
         click.echo(str(path))

@@ -3,7 +3,6 @@ write summary.csv, summary.md, summary.json and plots/*.png; --baseline fails on
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import write_atomic
-from autopar.plots import sweep_plots
-from solvers.sweep import compare, load_baseline, load_overrides, load_sweep, run_sweep, summary_csv, summary_json, summary_markdown, summary_rows
+from autopar.errors import InputError
 
 
 def _progress_bar(enabled: bool):
@@ -39,13 +37,21 @@ def _progress_bar(enabled: bool):
 @click.option("--workers", type=int, default=1, show_default=True, help="Worker processes running cases in parallel")
 @click.option("--resume", is_flag=True, help="Continue a sweep whose cases.jsonl already holds finished cases")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="summary.json of an earlier run; exit 1 on differences")
-@click.option("--threshold", type=float, default=None, help="Relative tokens/s change --baseline allows (default: the sweep file's)")
+@click.option("--threshold", type=click.FloatRange(0, 1e6), default=None, help="Relative tokens/s change --baseline allows (default: the sweep file's)")
 @click.option("--cost-override", type=click.Path(dir_okay=False), default=None,
               help="YAML of dotted cost coefficients to replace, e.g. 'comm.network_efficiency: 0.5'")
 @click.option("--no-plots", is_flag=True, help="Skip plots/*.png")
 @click.option("--quiet", is_flag=True, help="No progress bar")
 def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_override, no_plots, quiet):
-    """Run a sweep of searches (models x clusters x GPUs x sequence lengths x batches)."""
+    """Run a sweep of searches (models x clusters x GPUs x sequence lengths x batches).
+
+    Each finished case is appended to OUT/cases.jsonl at once; Ctrl-C or SIGTERM stops the
+    workers within seconds and --resume continues. Exits 1 when a case fails with an error (a
+    case where no plan fits is a result, not a failure) or when --baseline finds differences;
+    the summaries are written either way."""
+    from autopar.plots import sweep_plots
+    from solvers.sweep import compare, load_baseline, load_overrides, load_sweep, run_sweep, summary_csv, summary_json, summary_markdown, summary_rows
+
     spec = load_sweep(sweep_file)
     overrides = load_overrides(cost_override)
     previous = load_baseline(baseline) if baseline else None
@@ -64,12 +70,14 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
     ok = sum(r["status"] == "ok" for r in rows)
     click.echo(f"sweep {spec.name}: {len(rows)} cases ({ok} with a plan) in {time.perf_counter() - started:.1f} s; "
                f"summary in {out / 'summary.md'}" + (f", {len(plots)} plots in {out / 'plots'}" if plots else ""), err=True)
+    failed = [r for r in records if r["status"] == "error"]
+    diffs = compare(rows, previous, spec.threshold if threshold is None else threshold) if previous is not None else []
     if previous is not None:
-        diffs = compare(rows, previous, spec.threshold if threshold is None else threshold)
-        if diffs:
-            click.echo(f"baseline {baseline}: {len(diffs)} difference(s)")
-            for d in diffs:
-                click.echo(f"  {d}")
-            sys.stdout.flush()
-            raise SystemExit(1)
-        click.echo(f"baseline {baseline}: no differences ({len(rows)} cases)")
+        click.echo(f"baseline {baseline}: " + (f"{len(diffs)} difference(s)" if diffs else f"no differences ({len(rows)} cases)"))
+        for d in diffs:
+            click.echo(f"  {d}")
+    if failed:
+        raise InputError("sweep", spec.name, f"{len(failed)} of {len(rows)} cases failed (first: {failed[0]['case']}: "
+                         f"{failed[0].get('message', '')}); all in {out / 'summary.md'}")
+    if diffs:
+        raise InputError("baseline", baseline, f"{len(diffs)} case(s) differ from the baseline (listed above)")

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import click
 
 from autopar.cli import main
-from autopar.cli.common import model_cluster_options, resolve_inputs, resolve_training, training_options, write_atomic
-from autopar.cli.search import parse_fix
-from autopar.space import SpaceOptions
-from autopar.specs.costparams import params_for_cluster
-from solvers import SearchRequest, run_search
-from solvers.tune import TuneRequest, best_measured, trial_rows, tune
-
-EMIT_FORMATS = ["megatron", "deepspeed", "torchtitan", "megatron-bridge"]
+from autopar.cli.common import FRAMEWORKS, flush_notes, model_cluster_options, resolve_inputs, resolve_training, training_options, write_atomic
+from autopar.errors import InputError
 
 
 def _prepare(emit_format: str | None):
@@ -55,46 +50,66 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _progress(t: dict) -> None:
+    """One stderr line per trial; a failed trial says why (the end of its output)."""
+    measured = f"{t['measured']:.3f} s" if t["measured"] else "-"
+    why = f" -- {' '.join(str(t['message']).split())[:300]}" if t.get("message") and t["status"] != "ok" else ""
+    click.echo(f"trial {t['number']}: {t['status']}, measured {measured}: {t['plan']}{why}", err=True)
+
+
 @main.command("tune")
 @model_cluster_options
 @training_options
 @click.option("--trial-cmd", required=True,
-              help="Shell command run per trial; {plan_file}, {plan} and {trial_dir} are replaced. It must print "
-                   "'autopar-step-seconds: <seconds>'; a line with 'autopar-oom' or 'out of memory' marks an OOM trial; "
+              help="Shell command run per trial inside its folder; {plan_file}, {plan} and {trial_dir} are replaced (absolute paths). "
+                   "It must print 'autopar-step-seconds: <seconds>'; a line with 'autopar-oom' or 'out of memory' marks an OOM trial; "
                    "a non-zero exit otherwise marks a failed trial")
 @click.option("--trials", "num_trials", type=int, required=True, help="Trials this worker runs")
 @click.option("--storage", default=None, help="Optuna RDB URL shared by workers (default: sqlite:///OUT/tune.db; postgresql://... for many machines)")
 @click.option("--study", "study_name", default=None, help="Study name (default: from model, GPUs, sequence and batch)")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/tune", show_default=True, help="Trial files, tune.csv, the SQLite study")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/tune", show_default=True,
+              help="Writes OUT/trials/STUDY/NNNN/ (plan.json, log.txt), OUT/tune-STUDY.csv and the SQLite study OUT/tune.db")
 @click.option("--top", "top_k", type=int, default=5, show_default=True, help="Predicted plans the study starts from")
 @click.option("--fix", "fix_text", default=None, help="Pin dimensions of the starting search, e.g. tp=8,pp=4")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed (give each worker its own)")
 @click.option("--timeout", "timeout_seconds", type=float, default=None, help="Seconds before a trial counts as failed")
-@click.option("--emit", "emit_format", type=click.Choice(EMIT_FORMATS), default=None, help="Also write each trial's launcher to TRIAL_DIR/launch")
-def tune_command(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, trial_cmd, num_trials,
-                 storage, study_name, out_dir, top_k, fix_text, seed, timeout_seconds, emit_format):
-    """Refine the best predicted plans against measured step times (Optuna study)."""
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus)
+@click.option("--emit", "emit_format", type=click.Choice(FRAMEWORKS), default=None,
+              help="Start from plans this framework runs and write each trial's launcher to TRIAL_DIR/launch")
+def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, trial_cmd,
+                 num_trials, storage, study_name, out_dir, top_k, fix_text, seed, timeout_seconds, emit_format):
+    """Refine the best predicted plans against measured step times (Optuna study).
+
+    Exits 1 when no trial of the study measured a step time (the table says why each failed)."""
+    from autopar.cli.framework import framework_filter
+    from autopar.cli.search import parse_fix
+    from autopar.space import SpaceOptions
+    from autopar.specs.costparams import params_for_cluster
+    from solvers import SearchRequest, run_search
+    from solvers.tune import TuneRequest, best_measured, check_options, trial_rows, tune
+
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
-    training = resolve_training(seq_len, global_batch, global_batch_tokens, precision)
-    search = run_search(SearchRequest(model, cluster, training, top_k=top_k, options=SpaceOptions(fixed=parse_fix(fix_text)), params=params))
-    name = study_name or f"{model.name}-{cluster.num_gpus}gpu-s{seq_len}-b{training.global_batch_size}"
+    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision)
+    name = study_name or re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")
     out = Path(out_dir)
+    check_options(TuneRequest(model, cluster, training, [], trial_cmd, num_trials, out, storage, name, seed, timeout_seconds, params))
+    plan_filter = framework_filter(emit_format, model, cluster, training) if emit_format else None
+    search = run_search(SearchRequest(model, cluster, training, top_k=top_k, options=SpaceOptions(fixed=parse_fix(fix_text)), params=params,
+                                      plan_filter=plan_filter, filter_name=emit_format))
     req = TuneRequest(model, cluster, training, [rp.plan for rp in search.results.plans], trial_cmd, num_trials, out,
                       storage, name, seed, timeout_seconds, params, _prepare(emit_format))
-
-    def progress(t: dict) -> None:
-        measured = f"{t['measured']:.3f} s" if t["measured"] else "-"
-        click.echo(f"trial {t['number']}: {t['status']}, measured {measured}: {t['plan']}", err=True)
-
-    study = tune(req, progress)
+    flush_notes()
+    study = tune(req, _progress)
     rows = trial_rows(study)
-    write_atomic(out / f"tune-{name}.csv", _csv(rows))
+    table = out / f"tune-{name}.csv"
+    write_atomic(table, _csv(rows))
     click.echo(f"study {name} ({len(rows)} trials, all workers)")
     click.echo(_table(rows))
+    click.echo(f"trials written to {out / 'trials' / name}, table to {table}", err=True)
     best = best_measured(rows)
     if best is None:
-        click.echo("no trial measured a step time")
-    else:
-        click.echo(f"best measured: {best['measured_seconds']:.3f} s (predicted {best['predicted_seconds']:.3f} s), trial {best['number']}: {best['plan']}")
-    click.echo(f"trials written to {out / 'trials' / name}, table to {out / f'tune-{name}.csv'}", err=True)
+        first = next((r for r in rows if r["message"]), None)
+        why = f"trial {first['number']} {first['status']}: {first['message']}" if first else "no trial ran"
+        raise InputError("trial-cmd", trial_cmd, f"no trial measured a step time ({why})")
+    click.echo(f"best measured: {best['measured_seconds']:.3f} s (predicted {best['predicted_seconds']:.3f} s), trial {best['number']}: {best['plan']}")
+

@@ -6,7 +6,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import dump_json, write_atomic
-from autopar.validation import validate_runs
+from autopar.errors import InputError
 
 
 def _table(report: dict) -> str:
@@ -27,13 +27,47 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def progress_line(enabled: bool):
+    """A one-line progress counter on stderr (a terminal only): returns (callback, close)."""
+    import sys
+
+    shown = [False]
+
+    def update(done: int, total: int, what: str) -> None:
+        shown[0] = True
+        click.echo(f"\r{done}/{total} {what[:60]:<60}", nl=False, err=True)
+
+    def close() -> None:
+        if shown[0]:
+            click.echo("\r" + " " * 80 + "\r", nl=False, err=True)
+
+    if not enabled or not sys.stderr.isatty():
+        return None, lambda: None
+    return update, close
+
+
 @main.command()
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here")
-def validate(runs, as_json, out):
-    """Predict published training runs and report per-row and per-source error (MAPE)."""
-    report = validate_runs(runs)
+@click.option("--quiet", is_flag=True, help="No progress line")
+def validate(runs, as_json, out, quiet):
+    """Predict published training runs and report per-row and per-source error (MAPE).
+
+    Exits 1 when no row could be predicted (every row skipped)."""
+    from autopar.specs._files import read_data
+    from autopar.validation import validate_runs
+
+    read_data(runs, "runs")  # strict reading first: UTF-8, no duplicate keys, finite numbers
+    update, close = progress_line(not quiet)
+    try:
+        report = validate_runs(runs, progress=update)
+    finally:
+        close()
     if out:
         write_atomic(out, dump_json(report))
     click.echo(dump_json(report) if as_json else _table(report), nl=not as_json)
+    summary = report["summary"]
+    if not summary["num_predicted"]:
+        first = next((r["skipped"] for r in report["rows"] if r["skipped"]), "the file has no rows")
+        raise InputError("runs", runs, f"no row predicted ({summary['num_rows']} rows, all skipped; first: {first})")

@@ -8,16 +8,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from autopar.errors import InputError
+from autopar.specs._base import StrictModel
 from autopar.specs._files import PROFILES_DIR, read_mapping
 
 if TYPE_CHECKING:
     from autopar.specs.hardware import ClusterSpec
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -7,9 +7,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
+from autopar.limits import MAX_GPUS
+from autopar.specs._base import StrictModel
 from autopar.specs._files import looks_like_path, preset_files, read_mapping
 
 GB = 1e9
@@ -18,7 +20,7 @@ TFLOP = 1e12
 US = 1e-6
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -126,10 +128,24 @@ class ClusterSpec(_Strict):
     def nic_bytes_per_second_per_gpu(self) -> float:
         return self.nic_gb_per_s_per_gpu * GB
 
-    def with_gpus(self, num_gpus: int) -> "ClusterSpec":
-        """The same cluster resized to num_gpus (whole nodes, or a part of one node)."""
-        if num_gpus <= 0:
+    @property
+    def fabric_num_gpus(self) -> int:
+        """GPUs the file's fabric describes: its nodes, or as many as its top tier reaches."""
+        nodes = max([self.num_nodes] + [t.num_nodes for t in self.tiers])
+        return nodes * self.gpus_per_node
+
+    def with_gpus(self, num_gpus: int, beyond_fabric: bool = True) -> "ClusterSpec":
+        """The same cluster resized to num_gpus (whole nodes, or a part of one node). With
+        beyond_fabric=False a count the fabric does not describe is refused (the CLI's default;
+        --extrapolate-fabric allows it, assuming the top tier repeats)."""
+        if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus <= 0:
             raise InputError("gpus", num_gpus, "must be a positive integer")
+        if num_gpus > MAX_GPUS:
+            raise InputError("gpus", num_gpus, f"must be at most {MAX_GPUS:,} (autopar.limits: 5x the largest GPU cluster built by 2025)")
+        if not beyond_fabric and num_gpus > self.fabric_num_gpus:
+            top = f"top tier {self.tiers[-1].name}: {self.tiers[-1].num_nodes:,} nodes" if self.tiers else "no tiers above the node"
+            raise InputError("gpus", num_gpus, f"cluster {self.name} describes a fabric of {self.fabric_num_gpus:,} GPUs ({top}); "
+                             "pass --extrapolate-fabric to assume its top tier repeats")
         if num_gpus <= self.gpus_per_node:
             return self.model_copy(update={"num_nodes": 1, "gpus_per_node": num_gpus})
         if num_gpus % self.gpus_per_node:

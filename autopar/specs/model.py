@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
+from autopar.specs._base import StrictModel
 from autopar.specs._files import looks_like_path, preset_files, read_mapping
 
 
-class MlaSpec(BaseModel):
+class MlaSpec(StrictModel):
     """DeepSeek multi-head latent attention (low-rank Q and KV projections).
 
     Approximation: FLOPs and parameters follow the low-rank factors exactly; activations are
@@ -28,7 +29,7 @@ class MlaSpec(BaseModel):
     v_head_dim: int = Field(gt=0, description="Per-head V dim")
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """A decoder-only transformer. Letters in formulas: L layers, h hidden, a heads,
     g KV heads, d head dim, F FFN size, V vocab, E experts, k top-k."""
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError
+from autopar.specs._base import StrictModel
 
 
 class Recompute(str, Enum):
@@ -65,7 +66,7 @@ _ALIASES = {
 _BOOL = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
-class Plan(BaseModel):
+class Plan(StrictModel):
     """A parallel plan. Degrees multiply to the GPU count: tp * cp * pp * dp = N."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopar.errors import InputError
+from autopar.specs._files import read_data
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
@@ -27,6 +28,7 @@ class RankedPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
     plan: Plan
     estimate: Estimate
+    equal_cost_variants: list[str] = Field(default_factory=list, description="Plans (text form) that cost exactly the same (e.g. another rank order), folded under this one")
 
 
 class SearchInfo(BaseModel):
@@ -36,6 +38,7 @@ class SearchInfo(BaseModel):
     num_feasible: int = Field(description="Plans that fit")
     num_evaluated: int = Field(description="Plans costed")
     proved_optimal: bool = Field(description="The solver proved the first plan optimal")
+    framework: str | None = Field(None, description="Only plans this launcher framework runs were ranked (search --framework / --emit)")
 
 
 class Results(BaseModel):
@@ -49,12 +52,8 @@ class Results(BaseModel):
 
 
 def load_results(path: str | Path) -> Results:
-    path = Path(path)
+    data = read_data(path, "results")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError("results", str(path), f"cannot read file ({exc.strerror})") from None
-    try:
-        return Results.model_validate_json(text)
+        return Results.model_validate(data)
     except ValidationError as exc:
         raise InputError.from_validation(exc, "results", value=str(path)) from None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from autopar.specs._base import StrictModel
 
 
 class Precision(str, Enum):
@@ -24,7 +26,7 @@ class Precision(str, Enum):
         return self.value
 
 
-class TrainingSpec(BaseModel):
+class TrainingSpec(StrictModel):
     """One training step: sequence length, batch, precision and optimizer state sizes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

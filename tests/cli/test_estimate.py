@@ -46,8 +46,8 @@ def test_infeasible_plan_reports_memory():
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--model", "nope", "--cluster", "dgx-h100", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "unknown model 'nope'"),
-        (["--model", "llama3-8b", "--cluster", "nope", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "unknown cluster 'nope'"),
+        (["--model", "nope", "--cluster", "dgx-h100", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "model='nope': unknown model preset"),
+        (["--model", "llama3-8b", "--cluster", "nope", "--seq-len", "8", "--global-batch", "8", "--plan", "tp=8"], "cluster='nope': unknown cluster preset"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=4,dp=4"], "!= GPUs(8)"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "8", "--plan", "tp=4,oops"], "expected key=value"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "-1", "--global-batch", "8", "--plan", "tp=8"], "seq-len=-1"),

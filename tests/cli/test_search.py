@@ -17,7 +17,7 @@ def run(args):
     return CliRunner().invoke(main, ["search", *args])
 
 
-LLAMA405 = ["--model", "llama3-405b", "--cluster", "dgx-h100-superpod", "--gpus", "16384", "--seq-len", "8192",
+LLAMA405 = ["--model", "llama3-405b", "--cluster", "dgx-h100-superpod", "--gpus", "16384", "--extrapolate-fabric", "--seq-len", "8192",
             "--global-batch-tokens", "16M"]
 
 
@@ -28,7 +28,7 @@ def test_llama3_405b_seed_layout_rank_and_gap(tmp_path):
     r = run(LLAMA405 + ["--top", "3", "--reference", "tp=8,pp=16,dp=128,recompute=full", "--out", str(out)])
     assert r.exit_code == 0, r.output
     line = next(l for l in r.output.splitlines() if l.startswith("reference tp=8,pp=16,dp=128"))
-    assert "vs best, rank" in line and line.endswith("fits")
+    assert "vs best, plan " in line and " that fit; fits" in line
     results = load_results(out)
     assert results.search.proved_optimal and results.search.num_feasible > 0
     assert len(results.plans) == 3
@@ -110,17 +110,21 @@ def test_readme_search_emits_a_valid_megatron_script(tmp_path):
     assert "--tensor-model-parallel-size" in text and "torchrun" in text
 
 
-def test_emit_skips_plans_the_framework_cannot_run(tmp_path):
+def test_emit_ranks_only_plans_the_framework_runs(tmp_path):
     # with vpp pinned to 1, zero-bubble (ZB-H2) beats 1F1B at pp=4; Megatron-LM runs only 1F1B
-    # and interleaved, so the launcher is written for the best plan it accepts and the refused
-    # ranks are named
+    # and interleaved, so --emit megatron ranks only the plans it runs and writes the best one
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
-            "--fix", "pp=4,vpp=1", "--top", "60"]  # the best 1F1B plan ranks 45th
-    ranked = json.loads(run(args + ["--json"]).output)["plans"]
-    assert ranked[0]["plan"]["schedule"] == "zero-bubble"
-    first_runnable = next(i for i, p in enumerate(ranked) if p["plan"]["schedule"] == "1f1b")
-    r = run(args + ["--emit", "megatron", "--emit-dir", str(tmp_path)])
+            "--fix", "pp=4,vpp=1"]
+    unconstrained = json.loads(run(args + ["--top", "60", "--json"]).output)["plans"]
+    assert unconstrained[0]["plan"]["schedule"] == "zero-bubble"
+    best_1f1b = next(p for p in unconstrained if p["plan"]["schedule"] == "1f1b")
+    out = tmp_path / "r.json"
+    r = run(args + ["--top", "5", "--emit", "megatron", "--emit-dir", str(tmp_path), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert "rank 1 not emitted for megatron" in r.output
+    assert "only plans megatron runs" in r.output
+    ranked = load_results(out)
+    assert ranked.search.framework == "megatron" and len(ranked.plans) == 5
+    assert all(p.plan.pipeline_schedule.value == "1f1b" for p in ranked.plans)
+    assert ranked.plans[0].estimate.plan == best_1f1b["estimate"]["plan"]
     script = next(tmp_path.glob("*.sh")).read_text()
-    assert ranked[first_runnable]["estimate"]["plan"] in script
+    assert best_1f1b["estimate"]["plan"] in script

@@ -64,7 +64,7 @@ def test_starts_are_the_first_trials_and_overflow_is_a_constraint(uneven):
     m, c, t, p, out = uneven
     starts = [rp.plan for rp in out.results.plans]
     r = refine(m, c, t, starts, 60, p, seed=3)
-    assert [x["plan"] for x in r.trials[: len(starts)]] == [s.model_copy(update={"dp": 1}).text() for s in starts]
+    assert [x["plan"] for x in r.trials[: len(starts)]] == [s.model_copy(update={"dp": s.data_parallel(c.num_gpus)}).text() for s in starts]
     assert 0 < r.num_feasible < len(r.trials)  # memory overflow came back as a value, not an exception
     assert all(x["memory_gb"] > 80 for x in r.trials if not x["feasible"])
 

@@ -52,9 +52,10 @@ def test_single_worker_end_to_end(tmp_path):
     rows = _rows(out)
     assert len(rows) == 15
     statuses = [r["status"] for r in rows]
-    assert statuses[:5] == ["ok", "ok", "ok", "failed", "oom"]  # the five enqueued predictions, in rank order
+    # the five enqueued predictions (distinct plans), in rank order; fake_trial.py fails ulysses and OOMs at pp=6
+    assert statuses[:5] == ["ok", "ok", "failed", "ok", "oom"]
     assert [r["source"] for r in rows[:6]] == ["prediction"] * 5 + ["sampler"]
-    assert rows[3]["state"] == "FAIL" and rows[4]["state"] == "COMPLETE"
+    assert rows[2]["state"] == "FAIL" and rows[4]["state"] == "COMPLETE"
     for r in rows:
         if r["status"] == "ok":
             assert float(r["measured_over_predicted"]) == pytest.approx(1.07, abs=0.05)

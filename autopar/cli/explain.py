@@ -1,0 +1,62 @@
+"""Why the best plan beats the runner-up, in numbers: which plan keys differ, and which terms
+of the two estimates' step-time breakdowns (and memory) account for the gap."""
+
+from __future__ import annotations
+
+from autopar.specs.plan import Plan
+from autopar.specs.results import RankedPlan
+
+TERMS_SHOWN = 3  # largest time differences listed
+
+
+def plan_differences(best: Plan, other: Plan) -> list[str]:
+    """'pp=8 (vs 4)' for every resolved plan value that differs (dp only when the degrees do)."""
+    a, b = _resolved(best), _resolved(other)
+    return [f"{k}={a[k]} (vs {b[k]})" for k in a if a[k] != b[k]]
+
+
+def _resolved(plan: Plan) -> dict[str, object]:
+    """The values a plan runs with: defaults resolved, enums as their text."""
+    values = {
+        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "etp": plan.expert_tp, "vpp": plan.vpp, "mbs": plan.mbs,
+        "zero": plan.zero, "recompute": plan.recompute.value, "sp": "on" if plan.sequence_parallel else "off",
+        "schedule": plan.pipeline_schedule.value, "cp_algo": plan.cp_algo.value if plan.cp > 1 else "-",
+        "order": plan.order.value, "first": plan.first_stage_layers, "last": plan.last_stage_layers,
+        "recompute_layers": plan.recompute_num_layers, "shard": plan.zero_shard_size,
+    }
+    return {k: ("-" if v is None else v) for k, v in values.items()}
+
+
+def variant_hint(ranked: RankedPlan) -> str:
+    """What the folded equal-cost variants change, e.g. 'differ in order, cp_algo'."""
+    from autopar.specs import parse_plan
+
+    base = _resolved(ranked.plan)
+    keys: list[str] = []
+    for text in ranked.equal_cost_variants:
+        other = _resolved(parse_plan(text))
+        keys += [k for k in base if other[k] != base[k] and k not in keys]
+    return "differ in " + ", ".join(keys) if keys else "same values"
+
+
+def time_differences(best: dict[str, float], other: dict[str, float]) -> list[tuple[str, float, float]]:
+    """(term, best seconds, other seconds) for the terms that differ most, largest first."""
+    keys = sorted(set(best) | set(other))
+    diffs = [(k, best.get(k, 0.0), other.get(k, 0.0)) for k in keys]
+    diffs = [d for d in diffs if abs(d[1] - d[2]) > 1e-9]
+    return sorted(diffs, key=lambda d: -abs(d[1] - d[2]))[:TERMS_SHOWN]
+
+
+def why_best(best: RankedPlan, runner_up: RankedPlan) -> list[str]:
+    """Lines under the best plan's table."""
+    a, b = best.estimate, runner_up.estimate
+    gap = b.step_seconds - a.step_seconds
+    lines = [f"  why it beats rank 2: {gap:.3f} s per step faster ({100 * gap / b.step_seconds:.1f}%); differs in "
+             + (", ".join(plan_differences(best.plan, runner_up.plan)) or "stage layout only")]
+    terms = time_differences(a.time_breakdown, b.time_breakdown)
+    if terms:
+        lines.append("    " + "; ".join(f"{k} {x:.3f} s vs {y:.3f} s ({x - y:+.3f})" for k, x, y in terms))
+    mem = a.memory_bytes_per_gpu - b.memory_bytes_per_gpu
+    if abs(mem) >= 0.05e9:
+        lines.append(f"    memory {a.memory_bytes_per_gpu / 1e9:.1f} GB vs {b.memory_bytes_per_gpu / 1e9:.1f} GB per GPU ({mem / 1e9:+.1f})")
+    return lines

@@ -1,0 +1,15 @@
+"""Sane limits on input counts, checked at the input boundary (CLI options, sweep files,
+ClusterSpec.with_gpus): a typo of a few digits must fail at once with a clear message, not
+enumerate a plan space for hours. Each limit is several times the largest real value."""
+
+MAX_GPUS = 2**20
+"""1,048,576 GPUs: about 5x xAI Colossus (~200,000 GPUs), the largest cluster built by 2025."""
+
+MAX_SEQ_LEN = 2**24
+"""16,777,216 tokens per sequence; the longest context a released model was trained for is 10M (Llama 4 Scout)."""
+
+MAX_TOKENS_PER_STEP = 2**32
+"""4.3e9 tokens per optimizer step; DeepSeek-V3's largest global batch was 15,360 x 4,096 = 63M."""
+
+MAX_TOP_K = 1000
+"""Plans one search ranks; each ranked plan is fully estimated and printed."""
