@@ -103,7 +103,7 @@ def message_for(exc: BaseException, args: list[str]) -> tuple[str, int]:
     from pydantic import ValidationError
 
     if isinstance(exc, Interrupted):
-        return f"signal={exc}: stopped; finished results were kept", exc.exit_code
+        return f"signal={short_value(str(exc))}: stopped; finished results were kept", exc.exit_code
     if isinstance(exc, click.UsageError):
         return _usage_message(exc, args), EXIT_FAILURE
     if isinstance(exc, click.exceptions.FileError):

@@ -136,3 +136,85 @@ def test_ci_sweep_file_matches_its_baseline_cases():
     spec = load_sweep(ROOT / "profiles/sweeps/ci.yaml")
     baseline = json.loads((ROOT / "results/ci/baseline.json").read_text())
     assert [c["case"] for c in cases(spec)] == [r["case"] for r in baseline["cases"]]
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of pid (Linux /proc)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signum, code, to_group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)])
+def test_signal_stops_sweep_and_workers_within_seconds(tmp_path, signum, code, to_group):
+    """issue 12: Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the parent stops
+    a 2-worker sweep within a few seconds, workers included; finished cases stay; --resume
+    completes the sweep; stderr is one Error line (no worker traceback)."""
+    spec = _sweep_file(tmp_path, models=["gpt2-xl", "llama3-8b", "llama3-70b"], gpus=[8, 16, 32])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-c", "from autopar.cli import main; main()", "sweep", str(spec), "--workers", "2", "--quiet", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and not ((out / CASES_FILE).exists() and (out / CASES_FILE).read_text().count("\n") >= 1):
+        time.sleep(0.02)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, "the workers must be running"
+    sent = time.time()
+    os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=30)
+    stopped = time.time() - sent
+    assert proc.returncode == code and stopped < 5, (proc.returncode, stopped, stderr)
+    assert stderr.strip().splitlines() == [f"Error: signal='{signal.Signals(signum).name}': stopped; finished results were kept"], stderr
+    deadline = time.time() + 5
+    while time.time() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.05)
+    assert not any(_alive(w) for w in workers), "a worker outlived the sweep"
+    finished = (out / CASES_FILE).read_text().count("\n")
+    assert 1 <= finished < 18
+    res = _run(str(spec), "--out", str(out), "--resume", "--no-plots")
+    assert res.exit_code == 0 and (out / CASES_FILE).read_text().count("\n") == 18
+
+
+def test_resume_refuses_a_different_sweep(full, tmp_path):
+    res = _run(str(_sweep_file(tmp_path, gpus=[8])), "--out", str(full), "--resume")
+    assert res.exit_code == 1
+    assert res.output.startswith(f"Error: resume='{full}': the folder holds a different sweep (differs in gpus")
+
+
+def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
+    # objective=cost needs the cluster's GPU-hour price; dgx-a100-40gb has none, so its case fails
+    out = tmp_path / "out"
+    spec = _sweep_file(tmp_path, clusters=["dgx-h100", "dgx-a100-40gb"], models=["gpt2-xl"], gpus=[8], global_batches=[64], objective="cost")
+    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out), "--quiet", "--no-plots"])
+    assert res.exit_code == 1
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        "Error: sweep='small': 1 of 2 cases failed (first: gpt2-xl/dgx-a100-40gb/8gpu/s2048/b64: objective='cost': cluster dgx-a100-40gb has no price")
+    rows = json.loads((out / "summary.json").read_text())["cases"]
+    assert [r["status"] for r in rows] == ["ok", "error"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"models": ["gpt2-xl", "no-such-model"]}, "model='no-such-model': unknown model preset"),
+    ({"solver": "gurobi"}, "sweep.solver='gurobi': Input should be 'auto', 'exhaustive' or 'cpsat'"),
+    ({"precision": "fp3"}, "sweep.precision='fp3': Input should be 'bf16', 'fp16', 'fp8' or 'fp4'"),
+    ({"gpus": [32768], "clusters": ["dgx-h100"]}, "gpus=32768: cluster dgx-h100 describes a fabric of 16,384 GPUs"),
+    ({"seq_lens": [True]}, "sweep.seq_lens="),
+])
+def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 1 and res.output.startswith(f"Error: {message}"), res.output
+    assert not (tmp_path / "o").exists()

@@ -52,7 +52,8 @@ def test_single_worker_end_to_end(tmp_path):
     rows = _rows(out)
     assert len(rows) == 15
     statuses = [r["status"] for r in rows]
-    # the five enqueued predictions (distinct plans), in rank order; fake_trial.py fails ulysses and OOMs at pp=6
+    # the five enqueued predictions (distinct plans Megatron-LM runs, as --emit megatron asks), in
+    # rank order; fake_trial.py fails ulysses and runs out of memory at tp=4 with cp=2
     assert statuses[:5] == ["ok", "ok", "failed", "ok", "oom"]
     assert [r["source"] for r in rows[:6]] == ["prediction"] * 5 + ["sampler"]
     assert rows[2]["state"] == "FAIL" and rows[4]["state"] == "COMPLETE"
@@ -66,8 +67,9 @@ def test_single_worker_end_to_end(tmp_path):
     assert "best measured:" in res.output and "predicted" in res.output
     assert (out / "tune.db").exists()
 
-    again = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(tmp_path / "again")],
+    again = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(tmp_path / "again"), "--emit", "megatron"],
                                catch_exceptions=False)
+    assert again.exit_code == 0, again.output
     assert [r["plan"] for r in _rows(tmp_path / "again")] == [r["plan"] for r in rows]  # seeded: same trials
 
 
@@ -114,3 +116,22 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     res = CliRunner().invoke(main, ["tune", *CASE, "--out", str(tmp_path), *args])
     assert res.exit_code == 1
     assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_relative_out_runs_trials_inside_their_folder(tmp_path, monkeypatch):
+    # issue 12: with a relative --out (the default is one) {plan_file} must still name the plan
+    # from inside the trial folder, where the command runs
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "2", "--out", "rel/tune"])
+    assert res.exit_code == 0, res.output
+    assert [r["status"] for r in _rows(tmp_path / "rel" / "tune")][:2] == ["ok", "ok"]
+
+
+def test_no_successful_trial_exits_1_and_says_why(tmp_path):
+    cmd = "echo 'NCCL WARN socket timeout'; exit 7 # {plan_file}"
+    res = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", cmd, "--trials", "2", "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    err = res.stderr.strip().splitlines()
+    assert all("-- exit code 7: NCCL WARN socket timeout" in line for line in err if line.startswith("trial "))
+    assert err[-1].startswith("Error: trial-cmd=") and "no trial measured a step time (trial 0 failed: exit code 7: NCCL WARN" in err[-1]
+    assert [r["status"] for r in _rows(tmp_path)][:2] == ["failed", "failed"]  # the table is written either way
