@@ -130,13 +130,14 @@ def _ranked_chunks(req: SearchRequest, batch: Batch, ranking: Ranking) -> Iterat
 
 
 class _Walk:
-    """Collects the top distinct plans from ranked rows: equal (step, memory) neighbours fold
-    into one group; rows the plan filter refuses are counted and skipped."""
+    """Collects the top distinct plans from ranked rows: rows with the same (step, memory) as a
+    collected plan fold into it as equal-cost variants (they need not be neighbours: equal steps
+    with different memory interleave); rows the plan filter refuses are counted and skipped."""
 
     def __init__(self, req: SearchRequest):
         self.req = req
         self.groups: list[list[tuple[Plan, Estimate]]] = []
-        self.keys: list[tuple[float, float]] = []
+        self.index: dict[tuple[float, float], int] = {}
         self.num_scanned = 0
         self.num_refused = 0
         self.first_refusal: str | None = None
@@ -148,16 +149,19 @@ class _Walk:
         for i in range(len(rows)):
             plan, est = sub.tab.plan(i), to_estimate(sub, result, i)
             key = (round(est.step_seconds, 12), round(est.memory_bytes_per_gpu))
-            same = bool(self.keys) and key == self.keys[-1]
-            if not same and (len(self.groups) == self.req.top_k or self.num_refused >= FILTER_MAX_SCAN):
-                return True
-            if not self._accepts(plan, est):
+            if key in self.index:
+                if self._accepts(plan, est):
+                    self.groups[self.index[key]].append((plan, est))
                 continue
-            if same:
-                self.groups[-1].append((plan, est))
-            else:
+            if len(self.groups) == self.req.top_k:
+                if key[0] > max(k[0] for k in self.index):  # ranked by step: no later row can fold in
+                    return True
+                continue
+            if self.num_refused >= FILTER_MAX_SCAN:
+                return True
+            if self._accepts(plan, est):
+                self.index[key] = len(self.groups)
                 self.groups.append([(plan, est)])
-                self.keys.append(key)
         return False
 
     def _accepts(self, plan: Plan, est: Estimate) -> bool:

@@ -21,7 +21,7 @@ from autopar.errors import AutoparError, InputError
 from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
 from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
 from autopar.specs._base import StrictModel
-from autopar.specs._files import read_mapping
+from autopar.specs._files import read_data, read_mapping
 from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
 from solvers.base import Objective
 from solvers.search import SearchRequest, run_search
@@ -377,12 +377,14 @@ def summary_json(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
 
 
 def load_baseline(path: str | Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError("baseline", str(path), f"cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError("baseline", str(path), f"not valid JSON: {exc}") from None
+    """The cases of a summary.json, each checked to have the fields compare() reads."""
+    data = read_data(path, "baseline")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise InputError("baseline", str(path), "must be a summary.json written by autopar sweep (a mapping with 'cases')")
+    for i, row in enumerate(data["cases"]):
+        if not isinstance(row, dict) or not isinstance(row.get("case"), str) or not isinstance(row.get("status"), str):
+            raise InputError(f"baseline.cases[{i}]", row, "must be a mapping with text 'case' and 'status' (a summary.json row)")
+        value = row.get("tokens_per_second_per_gpu")
+        if row["status"] == "ok" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(row.get("best_plan"), str)):
+            raise InputError(f"baseline.cases[{i}].tokens_per_second_per_gpu", value, "an ok case needs a number here and a best_plan text")
     return data["cases"]

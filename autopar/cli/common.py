@@ -177,6 +177,11 @@ def write_atomic(path: str | Path, text: str, field: str = "out") -> None:
     """Write a results file so that a reader never sees half of it, with the permissions a
     plain open() would give (mkstemp creates 0600, which hides results from teammates)."""
     path = Path(path)
+    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise InputError(field, str(path), f"cannot write: {blocked} is a file, not a folder")
+    if path.is_dir():
+        raise InputError(field, str(path), "cannot write: it is a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -90,7 +90,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision)
-    name = study_name or re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")
+    name = study_name if study_name is not None else re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")
     out = Path(out_dir)
     check_options(TuneRequest(model, cluster, training, [], trial_cmd, num_trials, out, storage, name, seed, timeout_seconds, params))
     plan_filter = framework_filter(emit_format, model, cluster, training) if emit_format else None

@@ -46,6 +46,22 @@ def progress_line(enabled: bool):
     return update, close
 
 
+REQUIRED_COUNTS = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch_size")
+
+
+def _check_rows(data) -> None:
+    """The columns every row needs are positive whole numbers (a text or a boolean there is a
+    broken file, not a row to skip)."""
+    rows = data.get("rows", data.get("runs")) if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        return  # validate_runs names the shape error
+    for i, row in enumerate(rows):
+        for key in REQUIRED_COUNTS:
+            value = row.get(key) if isinstance(row, dict) else None
+            if key in (row if isinstance(row, dict) else {}) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise InputError(f"runs[{i}].{key}", value, "must be a positive whole number")
+
+
 @main.command()
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
@@ -58,7 +74,7 @@ def validate(runs, as_json, out, quiet):
     from autopar.specs._files import read_data
     from autopar.validation import validate_runs
 
-    read_data(runs, "runs")  # strict reading first: UTF-8, no duplicate keys, finite numbers
+    _check_rows(read_data(runs, "runs"))  # strict reading first: UTF-8, no duplicate keys, finite numbers
     update, close = progress_line(not quiet)
     try:
         report = validate_runs(runs, progress=update)

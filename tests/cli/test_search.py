@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +12,8 @@ from autopar.cli import main
 from autopar.cost import estimate
 from autopar.specs import TrainingSpec, load_cluster, load_model, parse_plan
 from autopar.specs.results import load_results
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(args):
@@ -128,3 +131,102 @@ def test_emit_ranks_only_plans_the_framework_runs(tmp_path):
     assert ranked.plans[0].estimate.plan == best_1f1b["estimate"]["plan"]
     script = next(tmp_path.glob("*.sh")).read_text()
     assert best_1f1b["estimate"]["plan"] in script
+
+
+SMALL16 = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64"]
+
+
+def test_top_k_are_distinct_plans_with_consecutive_ranks():
+    # issue 12: `--top 10` printed 6 rows numbered 1,3,5,7,9,10. Now: 10 rows ranked 1..10, each a
+    # different cost; plans that cost exactly the same fold under their row (and stay in --json)
+    r = run(SMALL16 + ["--top", "10"])
+    assert r.exit_code == 0, r.output
+    ranks = [int(line.split()[0]) for line in r.output.splitlines() if line[:4].strip().isdigit()]
+    assert ranks == list(range(1, 11))
+    plans = json.loads(run(SMALL16 + ["--top", "10", "--json"]).output)["plans"]
+    keys = [(p["estimate"]["step_seconds"], p["estimate"]["memory_bytes_per_gpu"]) for p in plans]
+    assert len(plans) == 10 and len(set(keys)) == 10 and [k[0] for k in keys] == sorted(k[0] for k in keys)
+    folded = [p for p in plans if p["equal_cost_variants"]]
+    assert folded, "this space has equal-cost variants (rank orders, CP algorithms)"
+    m, c, t = load_model("llama3-8b"), load_cluster("dgx-h100").with_gpus(16), TrainingSpec(seq_len=4096, global_batch_size=64)
+    from autopar.specs.costparams import params_for_cluster
+
+    for p in folded:
+        for text in p["equal_cost_variants"]:
+            e = estimate(m, c, t, parse_plan(text), params_for_cluster(c))
+            assert (e.step_seconds, e.memory_bytes_per_gpu) == pytest.approx(
+                (p["estimate"]["step_seconds"], p["estimate"]["memory_bytes_per_gpu"]), rel=1e-12)
+
+
+def test_best_plan_says_why_it_beats_the_runner_up_in_numbers():
+    r = run(SMALL16 + ["--top", "2"])
+    plans = json.loads(run(SMALL16 + ["--top", "2", "--json"]).output)["plans"]
+    a, b = plans[0]["estimate"], plans[1]["estimate"]
+    why = next(line for line in r.output.splitlines() if "why it beats rank 2" in line)
+    assert f"{b['step_seconds'] - a['step_seconds']:.3f} s per step faster" in why
+    # the terms listed are the largest differences of the two breakdowns, with both values
+    terms = r.output.split(why, 1)[1].splitlines()[1]
+    diffs = sorted(set(a["time_breakdown"]) | set(b["time_breakdown"]),
+                   key=lambda k: -abs(a["time_breakdown"].get(k, 0) - b["time_breakdown"].get(k, 0)))
+    k = diffs[0]
+    assert f"{k} {a['time_breakdown'].get(k, 0):.3f} s vs {b['time_breakdown'].get(k, 0):.3f} s" in terms
+
+
+def test_memory_is_shown_against_the_hbm_limit():
+    r = run(SMALL16 + ["--top", "1"])
+    assert "mem/80.0 GB" in r.output.splitlines()[1]
+    best = json.loads(run(SMALL16 + ["--top", "1", "--json"]).output)["plans"][0]["estimate"]
+    assert f"memory: {best['memory_bytes_per_gpu'] / 1e9:.1f} of 80.0 GB HBM per GPU" in r.output
+
+
+def test_brief_command_works_with_a_hf_config_and_a_cluster_yaml_only(tmp_path):
+    # `autopar search --model cfg.json --cluster my_cluster.yaml`: sequence and batch default
+    # from the model (README 'Defaults'); GPUs from the cluster file
+    cfg = tmp_path / "config.json"
+    cfg.write_text((ROOT / "profiles/models/llama3-8b.json").read_text())
+    cluster = tmp_path / "my_cluster.yaml"
+    cluster.write_text("name: my-cluster\ngpu: H100\ngpus_per_node: 8\nnum_nodes: 4\n"
+                       "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1.0}\nnic_gb_per_s_per_gpu: 50\n"
+                       "tiers: [{name: leaf, num_nodes: 32, latency_us: 6.0}]\n")
+    r = CliRunner().invoke(main, ["search", "--model", str(cfg), "--cluster", str(cluster)])
+    assert r.exit_code == 0, r.output
+    # max_position_embeddings 8192 -> seq 8192; 4Mi tokens / 8192 = 512 sequences (a power of two)
+    assert "(32 x H100), seq 8192, batch 512 x 8192 tokens" in r.stdout
+    assert "note: defaults from" in r.stderr and "seq-len 8192, global batch 512 sequences (4,194,304 tokens per step" in r.stderr
+
+
+@pytest.mark.parametrize("max_positions, seq, batch", [
+    (131072, 8192, 512),  # LLaMA 3.1 405B config: the long-context maximum is not the pre-training length
+    (2048, 2048, 2048),  # GPT-3: 4Mi / 2048 = 2048
+    (3000, 3000, 1024),  # 4,194,304 / 3000 = 1398.1 -> 1024, the power of two below
+    (100_000_000, 8192, 512),
+])
+def test_default_sequence_and_batch_rule(max_positions, seq, batch):
+    from autopar.cli.common import default_global_batch, default_seq_len
+
+    model = load_model("llama3-8b").model_copy(update={"max_position_embeddings": max_positions})
+    assert (default_seq_len(model), default_global_batch(default_seq_len(model))) == (seq, batch)
+
+
+def test_gpus_beyond_the_fabric_need_the_flag():
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100-superpod", "--gpus", "2048", "--seq-len", "8192", "--global-batch", "256", "--top", "1"]
+    r = run(args)
+    assert r.exit_code == 1 and r.stderr.strip() == ("Error: gpus=2048: cluster dgx-h100-superpod describes a fabric of 1,024 GPUs "
+                                                     "(top tier spine: 128 nodes); pass --extrapolate-fabric to assume its top tier repeats")
+    r = run(args + ["--extrapolate-fabric"])
+    assert r.exit_code == 0 and "note: --extrapolate-fabric: 2,048 GPUs on dgx-h100-superpod, whose fabric describes 1,024" in r.stderr
+
+
+def test_framework_constrains_the_search(tmp_path):
+    # DeepSpeed has no tensor parallelism for a generic script (autopar/emit/deepspeed.py), so
+    # --framework deepspeed ranks tp=1 plans only; unconstrained, the best plan uses tp > 1
+    args = ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "256", "--seq-len", "8192", "--global-batch", "512", "--top", "3"]
+    free = json.loads(run(args + ["--json"]).output)
+    assert free["plans"][0]["plan"]["tp"] > 1
+    r = run(args + ["--emit", "deepspeed", "--emit-dir", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    ranked = json.loads(r.stdout)
+    assert ranked["search"]["framework"] == "deepspeed"
+    assert all(p["plan"]["tp"] == 1 and p["plan"]["schedule"] in (None, "1f1b") for p in ranked["plans"])
+    assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 512
+    assert run(args + ["--framework", "megatron", "--emit", "deepspeed"]).stderr.startswith("Error: framework='megatron': differs from --emit")

@@ -1,0 +1,85 @@
+"""The one error path (autopar/cli/failure.py): click's usage errors, file errors and
+unexpected exceptions all end as one `Error: <field>=<value>: <rule>` line and exit 1, in a
+real process as well as under CliRunner; notes on stderr only when the command succeeds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.errors import InputError, short_value
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from autopar.cli import main; main()"]
+
+
+def one_error_line(args: list[str]) -> str:
+    res = CliRunner().invoke(main, args)
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["search", "--model", "llama3-8b"], "Error: cluster=(missing): required option --cluster"),
+    (["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "x"], "Error: gpus='x': is not a valid integer."),
+    (["search", "--colour", "red"], "Error: option='--colour': no such option (did you mean --cluster, --solver, --out?); see --help"),
+    (["serch"], "Error: command='serch': No such command 'serch'. Did you mean 'search'? See autopar --help"),
+    (["validate"], "Error: runs=(missing): required argument RUNS"),
+    (["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--precision", "fp3"],
+     "Error: precision='fp3': is not one of 'bf16', 'fp16', 'fp8', 'fp4'."),
+    (["validate", "a.json", "b.json"], "Error: arguments='validate a.json b.json': Got unexpected extra argument (b.json)"),
+])
+def test_click_usage_errors_are_one_line_and_exit_1(args, line):
+    assert one_error_line(args) == line
+
+
+def test_values_are_cut_and_objects_shown_by_their_keys():
+    # a whole config object is never dumped (a GPU preset with its sources is ~1,800 characters)
+    assert short_value({"name": "H100", "hbm_gb": 80, "sources": {"x": "y" * 2000}}) == "{name, hbm_gb, sources} (3 keys)"
+    assert len(short_value(list(range(1000)))) <= 80
+    assert short_value("x" * 500).endswith("...") and len(short_value("x" * 500)) == 200  # text: a plan or a path, up to 200
+    assert str(InputError("plan", "tp=8", "line one\nline two")) == "plan='tp=8': line one line two"
+
+
+def test_unwritable_out_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    line = one_error_line(["search", "--model", "gpt2-xl", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8",
+                           "--top", "1", "--out", str(tmp_path / "afile" / "r.json")])
+    assert line == f"Error: out='{tmp_path / 'afile' / 'r.json'}': cannot write: {tmp_path / 'afile'} is a file, not a folder"
+
+
+def test_unexpected_exception_is_one_line_naming_the_bug(monkeypatch):
+    import autopar.cli.estimate as estimate_cli
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(estimate_cli, "resolve_inputs", broken)
+    line = one_error_line(["estimate", "--model", "x", "--cluster", "y", "--plan", "tp=1"])
+    assert line == "Error: internal=ZeroDivisionError: division by zero (a bug in autopar; AUTOPAR_DEBUG=1 shows the traceback)"
+
+
+def test_notes_only_on_success():
+    # defaults are noted on stderr when the command succeeds; a failure stays one line
+    ok = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=8"])
+    assert ok.exit_code == 0 and "note: defaults from llama3-8b: seq-len 8192, global batch 512 sequences" in ok.stderr
+    one_error_line(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=3"])
+
+
+def test_real_process_bad_yaml_is_one_line(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("name: x\ngpu: [H100\n")
+    proc = subprocess.run([*CLI, "search", "--model", "llama3-8b", "--cluster", str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"Error: cluster='{bad}': not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>'"]
+
+
+def test_no_command_prints_help_and_exits_0():
+    res = CliRunner().invoke(main, [])
+    assert res.exit_code == 0 and "Commands:" in res.stdout

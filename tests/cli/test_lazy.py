@@ -1,0 +1,54 @@
+"""`autopar --version` and `--help` load no command module and no heavy library (numpy,
+pydantic, OR-Tools, Optuna take seconds); the names spelled in the light modules agree with the
+enums they stand for. The wall time is a benchmark (tests/bench/bench_cli_startup.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from autopar.cli import COMMANDS, main
+from autopar.cli.common import FRAMEWORKS, OBJECTIVES, PRECISIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("numpy", "pydantic", "ortools", "optuna", "scipy", "matplotlib", "rich")
+PROBE = """
+import sys
+from autopar.cli import main
+try:
+    main({args!r})
+except SystemExit:
+    pass
+print("heavy:" + ",".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], *[[c, "--help"] for c in ("search", "estimate", "emit", "validate", "sweep", "tune")]])
+def test_help_imports_no_heavy_library(args):
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines()[-1] == "heavy:", f"autopar {' '.join(args)} imported {proc.stdout.splitlines()[-1]}"
+
+
+def test_registry_lines_are_the_commands_first_docstring_line():
+    ctx = click.Context(main)
+    for name, (_, short) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None, name
+        assert command.help.strip().splitlines()[0] == short, name
+
+
+def test_spelled_choices_match_the_enums():
+    from autopar.emit import FORMATS
+    from autopar.space import FIXABLE as SPACE_FIXABLE
+    from autopar.cli.search import FIXABLE
+    from autopar.specs import Precision
+    from solvers.base import Objective
+
+    assert PRECISIONS == tuple(p.value for p in Precision)
+    assert OBJECTIVES == tuple(o.value for o in Objective)
+    assert FRAMEWORKS == tuple(FORMATS)
+    assert FIXABLE == SPACE_FIXABLE
