@@ -97,7 +97,7 @@ def test_search_refine_cli():
             "--solver", "cpsat", "--top", "5", "--refine", "200", "--fix", "tp=8,zero=1"]
     res = CliRunner().invoke(main, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "step 19.718 s -> 19.049 s (-3.4%" in res.output and "[26, 28, 26] -> [27, 27, 26]" in res.output
+    assert "step 19.914 s -> 19.238 s (-3.4%" in res.output and "[26, 28, 26] -> [27, 27, 26]" in res.output
     res = CliRunner().invoke(main, args + ["--json"], catch_exceptions=False)
     data = json.loads(res.output)
     assert data["search"]["solver"] == "cpsat+refine"
