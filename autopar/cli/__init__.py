@@ -15,12 +15,13 @@ import click
 
 from autopar import __version__
 
-# name -> (module that attaches the command to `main`, the line `autopar --help` shows: the
-# first line of the command's docstring, checked by tests/cli/test_lazy.py). Register a new
+# name -> (module that attaches the command to `main`, the text `autopar --help` shows: the
+# first paragraph of the command's docstring, checked by tests/cli/test_lazy.py). Register a new
 # command with one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("autopar.cli.calibrate", "Fit cost-model coefficients from measurements and write a calibration profile (YAML)."),
-    "comm": ("autopar.cli.comm", "Predicted time, algbw and busbw of one collective over a group placed on the cluster."),
+    "comm": ("autopar.cli.comm", "Predicted time, algbw and busbw of one collective over a group placed on the cluster, "
+                                 "and the NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."),
     "emit": ("autopar.cli.emit", "Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`)."),
     "estimate": ("autopar.cli.estimate", "Predict step time, throughput, MFU and memory of one plan."),
     "search": ("autopar.cli.search", "Search the plan space and rank the fastest (or cheapest) plans that fit."),

@@ -117,7 +117,7 @@ def test_emit_ranks_only_plans_the_framework_runs(tmp_path):
     # with vpp pinned to 1, zero-bubble (ZB-H2) beats 1F1B at pp=4; Megatron-LM runs only 1F1B
     # and interleaved, so --emit megatron ranks only the plans it runs and writes the best one
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
-            "--fix", "pp=4,vpp=1"]
+            "--fix", "pp=4,vpp=1,zero=1"]
     unconstrained = json.loads(run(args + ["--top", "60", "--json"]).output)["plans"]
     assert unconstrained[0]["plan"]["schedule"] == "zero-bubble"
     best_1f1b = next(p for p in unconstrained if p["plan"]["schedule"] == "1f1b")
