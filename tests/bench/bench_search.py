@@ -1,8 +1,10 @@
 """Benchmark (not a unit test): LLaMA-3 405B on 16,384 H100 (DGX SuperPOD), seq 8192,
 16M tokens per step, every dimension free. Reports the size of the space, how many plans fit,
-and the wall time of each solver on this machine, in one run; writes results/bench/.
+and the wall time of each solver on this machine, in one run. Prints the JSON; --out writes it
+(results/bench/search_llama3_405b_16k.json holds a recorded run: a benchmark never rewrites a
+tracked file unless asked to).
 
-    .venv/bin/python tests/bench/bench_search.py [--repeat 3]
+    .venv/bin/python tests/bench/bench_search.py [--repeat 3] [--out results/bench/search_llama3_405b_16k.json]
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from autopar.specs.costparams import params_for_cluster
 from solvers import cpsat, exhaustive
 from solvers.base import Objective
 
-OUT = Path(__file__).resolve().parents[2] / "results" / "bench"
 
 
 def best_of(fn, repeat):
@@ -35,6 +36,7 @@ def best_of(fn, repeat):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None, help="Also write the JSON report here")
     args = ap.parse_args()
     model = load_model("llama3-405b")
     cluster = load_cluster("dgx-h100-superpod").with_gpus(16384)
@@ -70,12 +72,13 @@ def main() -> None:
         "search_seconds_cpsat_total": t_space + t_tables + t_solve,
         "ratio_exhaustive_over_cpsat": (t_space + t_exh) / (t_space + t_tables + t_solve),
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "search_llama3_405b_16k.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(path)
-    print(json.dumps(report, indent=2))
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+    print(text, end="")
 
 
 if __name__ == "__main__":

@@ -164,7 +164,7 @@ def test_signal_stops_sweep_and_workers_within_seconds(tmp_path, signum, code, t
     """issue 12: Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the parent stops
     a 2-worker sweep within a few seconds, workers included; finished cases stay; --resume
     completes the sweep; stderr is one Error line (no worker traceback)."""
-    spec = _sweep_file(tmp_path, models=["gpt2-xl", "llama3-8b", "llama3-70b"], gpus=[8, 16, 32])
+    spec = _sweep_file(tmp_path, models=["llama3-70b", "llama3-8b"], gpus=[16, 32], global_batches=[64])
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", "from autopar.cli import main; main()", "sweep", str(spec), "--workers", "2", "--quiet", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -184,9 +184,9 @@ def test_signal_stops_sweep_and_workers_within_seconds(tmp_path, signum, code, t
         time.sleep(0.05)
     assert not any(_alive(w) for w in workers), "a worker outlived the sweep"
     finished = (out / CASES_FILE).read_text().count("\n")
-    assert 1 <= finished < 18
+    assert 1 <= finished < 4
     res = _run(str(spec), "--out", str(out), "--resume", "--no-plots")
-    assert res.exit_code == 0 and (out / CASES_FILE).read_text().count("\n") == 18
+    assert res.exit_code == 0 and (out / CASES_FILE).read_text().count("\n") == 4
 
 
 def test_resume_refuses_a_different_sweep(full, tmp_path):

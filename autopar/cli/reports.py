@@ -1,0 +1,99 @@
+"""Regenerate the committed generated reports, or check that they are current (.ci/run):
+
+    .venv/bin/python -m autopar.cli.reports            # rewrite them
+    .venv/bin/python -m autopar.cli.reports --check    # exit 1 naming every stale file
+
+docs/cli.md (the commands' --help), results/validation/dev_runs_report.{json,txt}
+(`autopar validate tests/data/dev_runs.json`), results/ci/summary.md (the CI sweep baseline as
+a table) and results/calibration/ (`autopar calibrate report`). Only this command writes
+them; tests and benchmarks never do."""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "tests" / "data" / "dev_runs.json"
+
+
+def _docs(root: Path) -> None:
+    from autopar.cli.docs import reference
+
+    _write(root / "docs" / "cli.md", reference())
+
+
+def _validation(root: Path) -> None:
+    from autopar.cli.common import dump_json
+    from autopar.cli.validate import _table
+    from autopar.validation import validate_runs
+
+    report = validate_runs(RUNS)
+    _write(root / "results" / "validation" / "dev_runs_report.json", dump_json(report))
+    _write(root / "results" / "validation" / "dev_runs_report.txt", _table(report) + "\n")
+
+
+def _ci_summary(root: Path) -> None:
+    from solvers.sweep import load_sweep, summary_markdown
+
+    baseline = json.loads((ROOT / "results" / "ci" / "baseline.json").read_text())
+    spec = load_sweep(ROOT / "profiles" / "sweeps" / "ci.yaml")
+    _write(root / "results" / "ci" / "summary.md", summary_markdown(spec, baseline["cases"]))
+
+
+def _calibration(root: Path) -> None:
+    from autopar.cli.calibrate import validation_before_after
+    from calibration.report import write_reports
+
+    write_reports(validation_before_after(str(RUNS)), out=root / "results" / "calibration")
+
+
+REPORTS: dict[str, Callable[[Path], None]] = {"docs": _docs, "validation": _validation, "ci": _ci_summary, "calibration": _calibration}
+
+
+def _write(path: Path, text: str) -> None:
+    from autopar.cli.common import write_atomic
+
+    write_atomic(path, text, field="report")
+
+
+def stale_files(names: list[str]) -> list[str]:
+    """Generate into a scratch folder and compare with the committed files."""
+    stale = []
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for name in names:
+            REPORTS[name](scratch)
+        for path in sorted(p for p in scratch.rglob("*") if p.is_file()):
+            rel = path.relative_to(scratch)
+            committed = ROOT / rel
+            if not committed.exists() or not filecmp.cmp(path, committed, shallow=False):
+                stale.append(str(rel))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autopar.cli.reports", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when a report is stale")
+    parser.add_argument("--only", choices=sorted(REPORTS), action="append", help="only these reports (repeatable)")
+    args = parser.parse_args(argv)
+    names = args.only or list(REPORTS)
+    if args.check:
+        stale = stale_files(names)
+        for rel in stale:
+            print(f"stale: {rel} (regenerate: .venv/bin/python -m autopar.cli.reports)", file=sys.stderr)
+        print(f"reports {', '.join(names)}: {'%d stale' % len(stale) if stale else 'current'}")
+        return 1 if stale else 0
+    for name in names:
+        REPORTS[name](ROOT)
+        print(f"regenerated {name}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
