@@ -7,7 +7,7 @@ import time
 import click
 
 from autopar.cli import main
-from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
+from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, check_stage_layout, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
                                 resolve_training, training_options, write_atomic)
 from autopar.errors import InputError
 
@@ -88,11 +88,10 @@ def _table(output, references: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _reference_line(text, model, cluster, training, output) -> str:
+def _reference_line(plan, model, cluster, training, output) -> str:
     from autopar.cost import estimate as cost_estimate
-    from autopar.specs import parse_plan
 
-    est = cost_estimate(model, cluster, training, parse_plan(text), output.batch.params)
+    est = cost_estimate(model, cluster, training, plan, output.batch.params)
     best = output.results.plans[0].estimate.step_seconds
     gap = est.step_seconds / best - 1
     rank = ""
@@ -178,6 +177,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     """
     from autopar.cli.framework import framework_filter, resolve_framework
     from autopar.space import SpaceOptions
+    from autopar.specs import parse_plan
     from autopar.specs.costparams import params_for_cluster
     from solvers import Objective, SearchRequest, run_search
 
@@ -191,6 +191,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     if refine_trials is not None and not 0 < refine_trials <= MAX_REFINE_TRIALS:
         raise InputError("refine", refine_trials, "must be a positive number of trials" + (f" at most {MAX_REFINE_TRIALS:,}" if refine_trials > 0 else ""))
     framework = resolve_framework(framework, emit_format)
+    reference_plans = [check_stage_layout(parse_plan(text), model) for text in references]  # bad ones fail before the search
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
     request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params,
                             plan_filter=framework_filter(framework, model, cluster, training) if framework else None,
@@ -200,7 +201,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
         output = run_search(request, progress)
     finally:
         close()
-    lines = [_reference_line(r, model, cluster, training, output) for r in references]
+    lines = [_reference_line(p, model, cluster, training, output) for p in reference_plans]
     if refine_trials is not None:
         lines.append(_refine(output, model, cluster, training, params, refine_trials, seed, request.plan_filter))
     payload = dump_json(output.results.model_dump(mode="json"))
