@@ -14,6 +14,7 @@ from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
+from autopar.specs.trust import family_error, family_of
 
 
 def bottleneck(time: dict[str, float]) -> Bottleneck:

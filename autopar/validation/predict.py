@@ -17,6 +17,7 @@ from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
 from autopar.specs.plan import Recompute
 from autopar.specs.training import Stack
+from autopar.specs.trust import family_of
 from autopar.validation.rows import RowInputs, plan_of, row_inputs
 
 GIB = 2**30
@@ -78,12 +79,9 @@ def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec) -> tuple[floa
 
 
 def family(inputs: RowInputs, zero: int) -> str:
-    """dense|moe / megatron-style|fsdp / precision / GPU generation: the grain at which the
-    validated error is reported and attached to estimates."""
-    kind = "moe" if inputs.model.is_moe else "dense"
-    style = "fsdp" if zero == 3 else "megatron-style"
-    precision = {"fp16": "bf16"}.get(inputs.training.precision.value, inputs.training.precision.value)
-    return f"{kind}/{style}/{precision}/{inputs.cluster.gpu.architecture}"
+    """The row's family (autopar.specs.trust.family_of): the grain at which the validated
+    error is reported and attached to estimates."""
+    return family_of(inputs.model.is_moe, zero, inputs.training.precision.value, inputs.cluster.gpu.architecture)
 
 
 def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]]:
