@@ -2,51 +2,54 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from autopar.cli import main
 from autopar.cli.common import dump_json, write_atomic
 from autopar.errors import InputError
 
-
-def _table(report: dict) -> str:
-    lines = [f"{'id':<40} {'plan':<58} {'measured':>9} {'predicted':>9} {'error':>7}"]
-    for r in report["rows"]:
-        if r["skipped"]:
-            lines.append(f"{r['id']:<40} skipped: {r['skipped']}")
-            continue
-        lines.append(f"{r['id']:<40} {r['plan'][:58]:<58} {r['measured_tokens_per_second_per_gpu']:9.0f} "
-                     f"{r['predicted_tokens_per_second_per_gpu']:9.0f} {100 * r['error']:+6.1f}%")
-    s = report["summary"]
-    lines.append("")
-    lines.append("tokens/s per GPU; error = (predicted - measured) / measured")
-    for group, g in s["by_group"].items():
-        lines.append(f"  {group:<40} MAPE {100 * g['mape']:5.1f}%  ({g['num_rows']} rows)")
-    if s["overall_mape"] is not None:
-        lines.append(f"  {'overall':<40} MAPE {100 * s['overall_mape']:5.1f}%  ({s['num_predicted']} predicted, {s['num_skipped']} skipped)")
-    return "\n".join(lines)
-
-
-def progress_line(enabled: bool):
-    """A one-line progress counter on stderr (a terminal only): returns (callback, close)."""
-    import sys
-
-    shown = [False]
-
-    def update(done: int, total: int, what: str) -> None:
-        shown[0] = True
-        click.echo(f"\r{done}/{total} {what[:60]:<60}", nl=False, err=True)
-
-    def close() -> None:
-        if shown[0]:
-            click.echo("\r" + " " * 80 + "\r", nl=False, err=True)
-
-    if not enabled or not sys.stderr.isatty():
-        return None, lambda: None
-    return update, close
-
-
 REQUIRED_COUNTS = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch_size")
+# The committed reports (python -m autopar.cli.reports regenerates them)
+REPORT_RUNS = ("tests/data/dev_runs.json", "tests/data/moe_runs.json", "tests/data/fsdp_runs.json")
+REPORT_DIR = "results/validation"
+FAMILIES_FILE = "profiles/validation/families.json"
+
+
+def _markdown(reports: dict[str, dict]) -> str:
+    """One page over all files: per file, source group and family, and rank agreement."""
+    lines = ["# Validation against published runs", "",
+             f"Regenerate: `autopar validate {' '.join(REPORT_RUNS)} --report-dir {REPORT_DIR} --families {FAMILIES_FILE}` "
+             "(or `python -m autopar.cli.reports`)", "",
+             "| file | modelled MAPE | all rows MAPE | rows | not modelled | skipped | Kendall tau | pairs ordered right |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, rep in reports.items():
+        s = rep["summary"]
+        ra = s.get("rank_agreement", {}).get("pooled", {})
+        tau = f"{ra['kendall_tau']:.2f}" if ra.get("kendall_tau") is not None else "-"
+        right = f"{100 * ra['ordered_right']:.0f}% of {ra['pairs']}" if ra.get("ordered_right") is not None else "-"
+        lines.append(f"| {name} | {100 * (s['overall_mape'] or 0):.1f}% | {100 * (s['all_rows_mape'] or 0):.1f}% | {s['num_rows']} | "
+                     f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} |")
+    for title, key in (("source group", "by_group"), ("family", "by_family"), ("stack", "by_stack")):
+        lines += ["", f"## By {title}", "", "| file | " + title + " | MAPE | rows | mean signed error |", "| --- | --- | ---: | ---: | ---: |"]
+        for name, rep in reports.items():
+            for group, g in rep["summary"][key].items():
+                lines.append(f"| {name} | {group} | {100 * g['mape']:.1f}% | {g['num_rows']} | {100 * g['mean_signed_error']:+.1f}% |")
+    lines += ["", "## Not modelled (counted in 'all rows' only)", ""]
+    for name, rep in reports.items():
+        lines += [f"- {name}: {nm['id']}: {nm['reason']}" for nm in rep["summary"]["not_modelled"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_report_dir(reports: dict[str, dict], report_dir: str | Path) -> None:
+    """<file>_report.json and .txt per runs file, and summary.md over all of them."""
+    from autopar.validation import render
+
+    for name, rep in reports.items():
+        write_atomic(Path(report_dir) / f"{name}_report.json", dump_json(rep), field="report-dir")
+        write_atomic(Path(report_dir) / f"{name}_report.txt", render(rep) + "\n", field="report-dir")
+    write_atomic(Path(report_dir) / "summary.md", _markdown(reports), field="report-dir")
 
 
 def _check_rows(data) -> None:
@@ -54,36 +57,78 @@ def _check_rows(data) -> None:
     broken file, not a row to skip)."""
     rows = data.get("rows", data.get("runs")) if isinstance(data, dict) else data
     if not isinstance(rows, list):
-        return  # validate_runs names the shape error
+        return  # load_rows names the shape error
     for i, row in enumerate(rows):
         for key in REQUIRED_COUNTS:
-            value = row.get(key) if isinstance(row, dict) else None
-            if key in (row if isinstance(row, dict) else {}) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise InputError(f"runs[{i}].{key}", value, "must be a positive whole number")
+            if isinstance(row, dict) and key in row:
+                value = row[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise InputError(f"runs[{i}].{key}", value, "must be a positive whole number")
 
 
-@main.command()
-@click.argument("runs", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here")
-@click.option("--quiet", is_flag=True, help="No progress line")
-def validate(runs, as_json, out, quiet):
-    """Predict published training runs and report per-row and per-source error (MAPE).
+def progress_line(enabled: bool, label: str):
+    """A one-line progress counter on stderr (a terminal only): returns (callback, close)."""
+    import sys
 
-    Exits 1 when no row could be predicted (every row skipped)."""
+    if not enabled or not sys.stderr.isatty():
+        return None, lambda: None
+
+    def update(done: int, total: int) -> None:
+        click.echo(f"\r{label}: {done}/{total} rows", nl=False, err=True)
+
+    def close() -> None:
+        click.echo("\r" + " " * 60 + "\r", nl=False, err=True)
+
+    return update, close
+
+
+def validate_files(runs: list[str], quiet: bool = True) -> dict[str, dict]:
+    """Each runs file read strictly, then predicted; {file stem: report}."""
     from autopar.specs._files import read_data
     from autopar.validation import validate_runs
 
-    _check_rows(read_data(runs, "runs"))  # strict reading first: UTF-8, no duplicate keys, finite numbers
-    update, close = progress_line(not quiet)
-    try:
-        report = validate_runs(runs, progress=update)
-    finally:
-        close()
+    for path in runs:
+        _check_rows(read_data(path, "runs"))  # UTF-8, no duplicate keys, finite numbers, counts are counts
+    reports = {}
+    for path in runs:
+        update, close = progress_line(not quiet, Path(path).name)
+        try:
+            reports[Path(path).stem] = validate_runs(path, progress=update)
+        finally:
+            close()
+    return reports
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one file) or an object per file")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here (one runs file)")
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              help="Write <file>_report.json and .txt per runs file and summary.md over all of them here")
+@click.option("--families", type=click.Path(dir_okay=False), default=None,
+              help="Write the validated error per family (the table estimates carry) to this JSON file")
+@click.option("--quiet", is_flag=True, help="No progress line")
+def validate(runs, as_json, out, report_dir, families, quiet):
+    """Predict published training runs and report per-row, per-source and per-family error (MAPE).
+
+    Exits 1 when a runs file had no row predicted (every row skipped)."""
+    from autopar.validation import families_table, render
+
+    if out and len(runs) != 1:
+        raise InputError("out", out, "takes one runs file; use --report-dir for several")
+    reports = validate_files(list(runs), quiet)
     if out:
-        write_atomic(out, dump_json(report))
-    click.echo(dump_json(report) if as_json else _table(report), nl=not as_json)
-    summary = report["summary"]
-    if not summary["num_predicted"]:
-        first = next((r["skipped"] for r in report["rows"] if r["skipped"]), "the file has no rows")
-        raise InputError("runs", runs, f"no row predicted ({summary['num_rows']} rows, all skipped; first: {first})")
+        write_atomic(out, dump_json(next(iter(reports.values()))))
+    if report_dir:
+        write_report_dir(reports, report_dir)
+    if families:
+        write_atomic(families, dump_json(families_table(reports)), field="families")
+    if as_json:
+        click.echo(dump_json(next(iter(reports.values())) if len(reports) == 1 else reports), nl=False)
+    else:
+        click.echo("\n\n".join(f"== {name}\n{render(rep)}" if len(reports) > 1 else render(rep) for name, rep in reports.items()))
+    for path, rep in zip(runs, reports.values()):
+        summary = rep["summary"]
+        if not summary["num_predicted"]:
+            first = next((r["skipped"] for r in rep["rows"] if r["skipped"]), "the file has no rows")
+            raise InputError("runs", path, f"no row predicted ({summary['num_rows']} rows, all skipped; first: {first})")
