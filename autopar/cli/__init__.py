@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("autopar.cli.search", "Search the plan space and rank the fastest (or cheapest) plans that fit."),
     "sweep": ("autopar.cli.sweep", "Run a sweep of searches (models x clusters x GPUs x sequence lengths x batches)."),
     "tune": ("autopar.cli.tune", "Refine the best predicted plans against measured step times (Optuna study)."),
-    "validate": ("autopar.cli.validate", "Predict published training runs and report per-row and per-source error (MAPE)."),
+    "validate": ("autopar.cli.validate", "Predict published training runs and report per-row, per-source and per-family error (MAPE)."),
 }
 
 

@@ -33,7 +33,8 @@ def one_error_line(args: list[str]) -> str:
     (["validate"], "Error: runs=(missing): required argument RUNS"),
     (["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--precision", "fp3"],
      "Error: precision='fp3': is not one of 'bf16', 'fp16', 'fp8', 'fp4'."),
-    (["validate", "a.json", "b.json"], "Error: arguments='validate a.json b.json': Got unexpected extra argument (b.json)"),
+    (["emit", "a.json", "b.json", "--format", "megatron"],
+     "Error: arguments='emit a.json b.json --format megatron': Got unexpected extra argument (b.json)"),
 ])
 def test_click_usage_errors_are_one_line_and_exit_1(args, line):
     assert one_error_line(args) == line

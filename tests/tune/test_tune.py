@@ -55,17 +55,19 @@ def _rows(out: Path) -> list[dict]:
 
 def test_single_worker_end_to_end(tmp_path):
     out = tmp_path / "tune"
-    res = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(out), "--emit", "megatron"],
-                             catch_exceptions=False)
+    # --emit megatron starts from the best plans Megatron-LM runs (no zero-bubble); the 8th is pp=12
+    args = ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--emit", "megatron", "--top", "8"]
+    res = CliRunner().invoke(main, [*args, "--out", str(out)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     rows = _rows(out)
     assert len(rows) == 15
     statuses = [r["status"] for r in rows]
-    # the five enqueued predictions, in rank order, each with the status fake_trial.py gives its plan
-    assert statuses[:5] == [_fake_status(r["plan"]) for r in rows[:5]]
-    assert "ok" in statuses[:5] and {"failed", "oom"} <= set(statuses[:5])
-    assert [r["source"] for r in rows[:6]] == ["prediction"] * 5 + ["sampler"]
-    assert all(r["state"] == ("FAIL" if r["status"] == "failed" else "COMPLETE") for r in rows[:5])
+    # the eight enqueued predictions, in rank order, each with the status fake_trial.py gives its plan
+    assert statuses[:8] == [_fake_status(r["plan"]) for r in rows[:8]]
+    assert "ok" in statuses[:8] and {"failed", "oom"} <= set(statuses[:8])
+    assert [r["source"] for r in rows[:9]] == ["prediction"] * 8 + ["sampler"]
+    assert all(r["state"] == ("FAIL" if r["status"] == "failed" else "COMPLETE") for r in rows[:8])
+    assert all("schedule=zero-bubble" not in r["plan"] for r in rows[:8])
     for r in rows:
         if r["status"] == "ok":
             assert float(r["measured_over_predicted"]) == pytest.approx(1.07, abs=0.05)
@@ -76,8 +78,7 @@ def test_single_worker_end_to_end(tmp_path):
     assert "best measured:" in res.output and "predicted" in res.output
     assert (out / "tune.db").exists()
 
-    again = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--out", str(tmp_path / "again"), "--emit", "megatron"],
-                               catch_exceptions=False)
+    again = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "again")], catch_exceptions=False)
     assert again.exit_code == 0, again.output
     assert [r["plan"] for r in _rows(tmp_path / "again")] == [r["plan"] for r in rows]  # seeded: same trials
 
