@@ -15,7 +15,7 @@ from autopar.cost.comm import busbw_factor
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CommCalibration, load_cost_params
 from calibration.nccl_log import read_log
-from calibration.nccl_physfit import MIB, Run, fit, points, predict, with_values
+from calibration.nccl_physfit import MIB, Run, fit, points, predict, with_nccl_version, with_values
 from calibration.nccl_points import read_points
 from calibration.shipped import NCCL, _relative
 
@@ -24,6 +24,9 @@ TOLERANCE_LARGE, TOLERANCE_MID = 0.15, 0.30
 H100_NODE = [("h100x8_allreduce_aws-batch-p5_partial.txt", None), ("h100x8_allreduce_nvls_nccl-tests-issue290.txt", None),
              ("hopper_ring_vs_nvls_points.yaml", None)]
 
+# gj-aion's logs do not print the NCCL release; the thread's other runs (May-June 2025) print 2.26.2
+GJ_AION_NCCL = "2.26"
+
 
 @dataclass(frozen=True)
 class Case:
@@ -31,15 +34,17 @@ class Case:
     cluster: str
     fit_logs: tuple[tuple[str, str | None], ...]   # (file, forced algorithm)
     held_out: tuple[str, ...]
+    nccl_version: str | None = None  # when the logs do not print it
 
 
 CASES = (
     Case("nccl-tests#309 gj-aion: 8x H100 + 8x 400G IB nodes, default NCCL settings", "dgx-h100",
          (*H100_NODE, ("h100x16_2node_allreduce_ib400_nccl-tests-issue309d.txt", None)),
-         ("h100x32_4node_allreduce_ib400_nccl-tests-issue309g.txt", "h100x64_8node_allreduce_ib400_nccl-tests-issue309f.txt")),
+         ("h100x32_4node_allreduce_ib400_nccl-tests-issue309g.txt", "h100x64_8node_allreduce_ib400_nccl-tests-issue309f.txt"),
+         GJ_AION_NCCL),
     Case("nccl-tests#309 gj-aion: same nodes, NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2", "dgx-h100",
          (*H100_NODE, ("h100x16_2node_allreduce_ringforced_ib400_nccl-tests-issue309e.txt", "ring")),
-         ("h100x64_8node_allreduce_mincta24_ib400_nccl-tests-issue309h.txt",)),
+         ("h100x64_8node_allreduce_mincta24_ib400_nccl-tests-issue309h.txt",), GJ_AION_NCCL),
     Case("nccl-tests#309 qoofyk: Dell XE9680 8x H100 + 8x 400G IB (4-node run on VMware VMs), default NCCL", "dgx-h100",
          (*H100_NODE, ("h100x16_2node_allreduce_ib400_nccl-tests-issue309a.txt", None)),
          ("h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt",)),
@@ -60,9 +65,10 @@ def _runs(files, cluster_name: str) -> list[Run]:
 
 def evaluate(case: Case) -> dict:
     params = load_cost_params()
-    calibration: CommCalibration = fit(_runs(case.fit_logs, case.cluster), params)
-    fitted = with_values(params, {k: v for k, v in calibration.model_dump().items()
-                                  if k in CommCalibration.model_fields and isinstance(v, float) and k not in ("median_error", "max_error")})
+    calibration: CommCalibration = fit(_runs(case.fit_logs, case.cluster), params, case.nccl_version)
+    fitted = with_values(with_nccl_version(params, calibration.nccl_version),
+                         {k: v for k, v in calibration.model_dump().items()
+                          if k in CommCalibration.model_fields and isinstance(v, float) and k not in ("median_error", "max_error")})
     logs = []
     for pt_run in _runs([(h, None) for h in case.held_out], case.cluster):
         log = pt_run.log

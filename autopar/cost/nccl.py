@@ -16,18 +16,15 @@ and runs the smallest. algbw comes from the links' bus bandwidth:
 Protocols: LL (half the line is flags, capped), LL128 (120 of 128 bytes; NVLink nodes only),
 Simple. Latencies: base + steps x per-step hardware latency of the link each step crosses.
 
-What NCCL's model leaves out and measured curves show: below a few hundred MB a Simple
-transfer does not reach its bandwidth (the pipeline of large chunks fills; LL and LL128 move
-small flagged lines and do not have it). The predicted time of Simple is
-    t = latency + S / algbw x (1 + (h / S)^e)
-with h, e per family (ring-like: many pipeline steps; in-switch: few) fitted by
-calibration/nccl_physfit.py; the choice is
-NCCL's own estimate (without that term), as NCCL makes it.
+NCCL picks by this estimate, with its own constants (our fitted latency scales and the
+pipeline below do not change what NCCL runs); what a run then takes is predicted by
+autopar/cost/nccl_pipeline.py: tree and NVLS-tree as the chunked pipelines NCCL runs them,
+the others as latency + transfer with a size-dependent Simple slowdown.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autopar.specs.costparams import NcclParams
 
@@ -51,9 +48,13 @@ class Fabric:
     nvlink: bool                # NVLink inside the node (else PCIe): LL128 on, NVLink latencies
     architecture: str
     extra_net_latency_us: float  # switch tiers beyond the leaf
-    intra_latency_scale: float
-    net_latency_scale: float
-    tree_efficiency: float
+    intra_latency_scale: float  # x NCCL's NVLink/PCIe step latencies of LL and LL128
+    net_latency_scale: float    # x its network step latencies of LL and LL128
+    intra_simple_latency_scale: float  # ... of Simple (large chunks: copies, flushes)
+    net_simple_latency_scale: float
+    nccl_before_2_28: bool      # NCCL <= 2.27 chose NVLS-tree by its older model
+    channels: int               # ring/tree channels (NCCL's comm->nChannels)
+    nvls_channels: int          # NVLS / NVLS-tree channels
     ring_half_bytes: float       # Simple saturation of ring, tree, PAT
     ring_exponent: float
     switch_half_bytes: float     # ... of NVLS, NVLS-tree, CollNet
@@ -90,7 +91,7 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     if algo == "tree":
         if op != ALL_REDUCE:
             return 0.0
-        return f.tree_efficiency * (f.intra_busbw if f.nodes <= 2 else ring)
+        return f.intra_busbw if f.nodes <= 2 else ring
     if algo == "nvls":
         if multi or f.nvls_busbw <= 0:
             return 0.0
@@ -98,6 +99,8 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     if algo == "nvls_tree":
         if not multi or op != ALL_REDUCE or f.nvls_busbw <= 0:
             return 0.0
+        if f.nccl_before_2_28:  # NVLink x NICs, NICs / 2 beyond 2 nodes (v2.27.7 tuning.cc)
+            return min(f.intra_busbw, f.net_busbw * (1 if f.nodes <= 2 else 0.5))
         return min(f.nvls_busbw, f.net_busbw * (2 if f.nodes <= 2 else 1))
     if algo in ("collnet_direct", "collnet_chain"):
         if not multi or op != ALL_REDUCE or f.collnet_speedup <= 0:
@@ -114,6 +117,8 @@ def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclPara
     bus = _simple_busbw(op, algo, f)
     if bus <= 0 or (algo not in ("ring", "tree") and proto != _SIMPLE):
         return 0.0
+    if algo == "tree":
+        bus *= prm.tree_allreduce_factor
     if proto == 1 and not f.nvlink:  # LL128 is enabled on NVLink nodes only
         return 0.0
     if algo == "ring" and proto == 0:
@@ -131,19 +136,30 @@ def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclPara
     if op != ALL_REDUCE:
         # AllGather/ReduceScatter: ring converts with n / (n - 1); the others run at busBw
         return bus * f.ranks / (f.ranks - 1) if algo == "ring" else bus
+    if algo == "nvls_tree" and f.nccl_before_2_28:
+        return bus * prm.v2_27_nvls_tree_algbw_ratio
     if algo in ("ring", "nvls", "nvls_tree"):
         return bus * f.ranks / (2 * (f.ranks - 1))
     return bus / 2
 
 
+def step_latencies_us(algo: str, proto: int, f: Fabric, prm: NcclParams) -> tuple[float, float]:
+    """(NVLink/PCIe, network) latency of one step of a x p: NCCL's constants x the fitted scales."""
+    link = "nvlink" if f.nvlink else "pcie"
+    simple = proto == _SIMPLE
+    intra = prm.hw_latency_us[link][algo][proto] * (f.intra_simple_latency_scale if simple else f.intra_latency_scale)
+    # one rank per node: every step is exposed, NCCL uses the tree's network latency
+    net = prm.hw_latency_us["net"]["tree" if f.per_node == 1 else algo][proto]
+    if algo == "nvls_tree" and f.nccl_before_2_28 and f.per_node > 1:
+        net = prm.v2_27_nvls_tree_net_latency_us
+    net = net * (f.net_simple_latency_scale if simple else f.net_latency_scale)
+    return intra, net + f.extra_net_latency_us * (2 if simple else 1)  # + flush on Simple
+
+
 def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> float:
     """NCCL's latency of a x p: base + per-step latencies of the links crossed."""
-    link = "nvlink" if f.nvlink else "pcie"
     base = prm.base_latency_us[algo][proto]
-    intra = prm.hw_latency_us[link][algo][proto] * f.intra_latency_scale
-    # one rank per node: every step is exposed, NCCL uses the tree's network latency
-    net = prm.hw_latency_us["net"]["tree" if f.per_node == 1 else algo][proto] * f.net_latency_scale
-    net += f.extra_net_latency_us * (2 if proto == _SIMPLE else 1)  # + flush on Simple
+    intra, net = step_latencies_us(algo, proto, f, prm)
     ppn, multi = f.per_node, f.nodes > 1
     steps = 2 * (f.ranks - 1) if op == ALL_REDUCE else f.ranks - 1
     if algo == "ring":
@@ -171,34 +187,21 @@ def _tree_correction(op: str, algo: str, proto: int, size_bytes: float, prm: Ncc
     return table[index] if 0 <= index < 23 else 1.0
 
 
-def _estimates(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams):
-    """(NCCL's estimate, our prediction) in seconds, or None when a x p does not run."""
-    bw = algorithm_bandwidth(op, algo, proto, f, prm)
+def ring_plateau(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float:
+    """ncclTopoGetAlgoTime: multi-node ring Simple AllReduce latency x 1.4 once each rank's
+    share of a channel is >= 64 B ("plateau effect of ring")."""
+    plateau = (algo == "ring" and proto == _SIMPLE and f.nodes > 1 and op == ALL_REDUCE
+               and size_bytes / (f.channels * f.ranks) >= 64)
+    return prm.ring_plateau_factor if plateau else 1.0
+
+
+def estimate_seconds(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float | None:
+    """NCCL's own time estimate (ncclTopoGetAlgoTime) with NCCL's latency constants -- what it
+    chooses by -- and the links' bandwidths; None when a x p does not run."""
+    bw = algorithm_bandwidth(op, algo, proto, f, prm) * _tree_correction(op, algo, proto, size_bytes, prm)
     if bw <= 0:
         return None
-    bw *= _tree_correction(op, algo, proto, size_bytes, prm)
-    lat = latency_us(op, algo, proto, f, prm)
-    plateau = (algo == "ring" and proto == _SIMPLE and f.nodes > 1 and op == ALL_REDUCE
-               and size_bytes / (prm.channels * f.ranks) >= 64)
-    lat = lat * (prm.ring_plateau_factor if plateau else 1.0) * 1e-6
-    transfer = size_bytes / bw
-    switch = algo.startswith(("nvls", "collnet"))
-    half, exponent = (f.switch_half_bytes, f.switch_exponent) if switch else (f.ring_half_bytes, f.ring_exponent)
-    fill = (half / size_bytes) ** exponent if proto == _SIMPLE else 0.0
-    return lat + transfer, lat + transfer * (1.0 + fill)
-
-
-def choose(op: str, size_bytes: float, f: Fabric, prm: NcclParams, algorithm: str | None = None,
-           protocol: str | None = None) -> Choice:
-    """NCCL's pick (smallest own estimate) among the enabled algorithms and protocols, or the
-    forced ones (NCCL_ALGO / NCCL_PROTO); ValueError when none of them can run."""
-    best = None
-    for algo in ALGORITHMS if algorithm is None else (algorithm,):
-        for proto in range(3) if protocol is None else (PROTOCOLS.index(protocol),):
-            times = _estimates(op, algo, proto, size_bytes, f, prm)
-            if times is not None and (best is None or times[0] < best.nccl_estimate_seconds):
-                best = Choice(algo, PROTOCOLS[proto], times[1], times[0])
-    if best is None:
-        forced = "/".join(x for x in (algorithm, protocol) if x)
-        raise ValueError(f"{forced or 'no algorithm'} cannot run {op} on {f.ranks} ranks, {f.nodes} node(s)")
-    return best
+    nccl_latencies = replace(f, intra_latency_scale=1.0, net_latency_scale=1.0, intra_simple_latency_scale=1.0,
+                             net_simple_latency_scale=1.0)
+    lat = latency_us(op, algo, proto, nccl_latencies, prm) * ring_plateau(op, algo, proto, size_bytes, f, prm)
+    return lat * 1e-6 + size_bytes / bw
