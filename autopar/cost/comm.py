@@ -145,10 +145,15 @@ def collective_choice(op: Collective, message_bytes: float, group: Group, cluste
         t = _p2p_seconds(op, message_bytes, group, cluster, params)
         return nccl.Choice("p2p", "simple", t, t)
     f = fabric(cluster, group, params)
-    # NCCL chooses from the links it detects (nominal rates), not from what a calibration measured
-    view = f if params.collectives is None else replace(fabric(cluster, group, params.model_copy(update={"collectives": None})),
-                                                         nccl_before_2_28=f.nccl_before_2_28)
-    return nccl_pipeline.choose(op.value, message_bytes, f, params.comm.nccl, algorithm, protocol, view)
+    return nccl_pipeline.choose(op.value, message_bytes, f, params.comm.nccl, algorithm, protocol, nccl_view(cluster, group, params, f))
+
+
+def nccl_view(cluster: ClusterSpec, group: Group, params: CostParams, f: nccl.Fabric) -> nccl.Fabric:
+    """The links as NCCL's tuning sees them: the rates its topology search assigns (NVLink at the
+    default efficiency, each NIC at its search speed), not what a calibration measured."""
+    comm = params.comm.model_copy(update={"network_efficiency": params.comm.nccl.graph_nic_fraction})
+    nominal = params.model_copy(update={"collectives": None, "comm": comm})
+    return replace(fabric(cluster, group, nominal), nccl_before_2_28=f.nccl_before_2_28)
 
 
 def collective_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams) -> float:

@@ -112,23 +112,35 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     raise ValueError(f"unknown algorithm {algo!r}")
 
 
-def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> float:
-    """NCCL's algorithm bandwidth (bytes/s) of a x p; 0 when NCCL would not run it."""
+def _channel_cap(kind: str, f: Fabric, prm: NcclParams, caps: bool) -> float:
+    """NCCL's per-channel bandwidth ceiling x the channels of its tuning graph (inf: no cap)."""
+    table = prm.per_channel_max_busbw_gb_per_s.get(kind, {}).get(f.architecture)
+    if not caps or table is None:
+        return float("inf")
+    return prm.graph_channels * table[min(f.nodes, 3) - 1] * 1e9
+
+
+def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams, caps: bool = False) -> float:
+    """NCCL's algorithm bandwidth (bytes/s) of a x p; 0 when NCCL would not run it. caps: with
+    NCCL's per-channel ceilings (its estimate); without, the links' rates (a prediction)."""
     bus = _simple_busbw(op, algo, f)
     if bus <= 0 or (algo not in ("ring", "tree") and proto != _SIMPLE):
         return 0.0
     if algo == "tree":
-        bus *= prm.tree_allreduce_factor
+        bus = min(bus * prm.tree_allreduce_factor, _channel_cap("tree", f, prm, caps))
+    if algo == "nvls_tree" and not f.nccl_before_2_28:
+        bus = min(bus, _channel_cap("nvls_tree", f, prm, caps))
     if proto == 1 and not f.nvlink:  # LL128 is enabled on NVLink nodes only
         return 0.0
     if algo == "ring" and proto == 0:
         bus = min(_ll_max(f, prm), bus * prm.ring_ll_factor)
     elif algo == "ring" and proto == 1:
-        bus *= prm.ring_ll128_factor
+        bus = min(bus * prm.ring_ll128_factor, _channel_cap("ring_ll128", f, prm, caps))
     elif algo == "tree" and proto == 0:
         bus = min(bus * prm.tree_ll_factor, _ll_max(f, prm))
     elif algo == "tree" and proto == 1:
-        bus *= prm.tree_ll128_factor_one_node if f.nodes == 1 else prm.tree_ll128_factor_multi_node
+        factor = prm.tree_ll128_factor_one_node if f.nodes == 1 else prm.tree_ll128_factor_multi_node
+        bus = min(bus * factor, _channel_cap("tree_ll128", f, prm, caps))
     elif algo == "pat":
         bus *= prm.pat_factor
     elif algo == "collnet_direct" and f.architecture in ("hopper", "blackwell"):
@@ -198,7 +210,7 @@ def ring_plateau(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, p
 def estimate_seconds(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float | None:
     """NCCL's own time estimate (ncclTopoGetAlgoTime) with NCCL's latency constants -- what it
     chooses by -- and the links' bandwidths; None when a x p does not run."""
-    bw = algorithm_bandwidth(op, algo, proto, f, prm) * _tree_correction(op, algo, proto, size_bytes, prm)
+    bw = algorithm_bandwidth(op, algo, proto, f, prm, caps=True) * _tree_correction(op, algo, proto, size_bytes, prm)
     if bw <= 0:
         return None
     nccl_latencies = replace(f, intra_latency_scale=1.0, net_latency_scale=1.0, intra_simple_latency_scale=1.0,

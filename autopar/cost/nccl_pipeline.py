@@ -27,6 +27,8 @@ x (1 + (h / size)^e) fitted from logs (ring-like and in-switch families).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autopar.cost.nccl import (ALGORITHMS, ALL_REDUCE, PROTOCOLS, Choice, Fabric, _log2i, algorithm_bandwidth,
                                estimate_seconds, latency_us, ring_plateau,
                                step_latencies_us)
@@ -35,20 +37,22 @@ from autopar.specs.costparams import NcclParams
 _LL, _LL128, _SIMPLE = 0, 1, 2
 
 
-def pipeline_seconds(base_seconds: float, hops: list[tuple[float, float]], unit_bytes: float, total_bytes: float,
+def pipeline_seconds(base_seconds: float, hops: list[tuple[float, float, float]], unit_bytes: float, total_bytes: float,
                      cut_through: bool = False) -> float:
-    """Chunk pipeline over hops (latency s, rate bytes/s); total split in units of unit_bytes."""
+    """Chunk pipeline over hops (latency s, rate of the first unit, rate in steady state; bytes/s):
+    the first unit has a hop's link to itself in one direction, later ones share it with the
+    flow coming back; total split in units of unit_bytes."""
     if not hops:
         return base_seconds
     units = total_bytes / unit_bytes
     if units <= 1.0:
         unit_bytes, units = total_bytes, 1.0
     if cut_through:
-        first = sum(alpha for alpha, _ in hops) + max(unit_bytes / rate for _, rate in hops)
-        cycle = max(alpha + unit_bytes / rate for alpha, rate in hops)
+        first = sum(alpha for alpha, _, _ in hops) + max(unit_bytes / rate for _, rate, _ in hops)
+        cycle = max(alpha + unit_bytes / rate for alpha, _, rate in hops)
     else:
-        first = sum(alpha + unit_bytes / rate for alpha, rate in hops)
-        cycle = max(max(alpha, unit_bytes / rate) for alpha, rate in hops)
+        first = sum(alpha + unit_bytes / rate for alpha, rate, _ in hops)
+        cycle = max(max(alpha, unit_bytes / rate) for alpha, _, rate in hops)
     return base_seconds + first + (units - 1.0) * cycle
 
 
@@ -85,12 +89,14 @@ def tree_seconds(size_bytes: float, proto: int, f: Fabric, prm: NcclParams) -> f
     wire = _WIRE_PER_DATA_BYTE[proto]
     chunk = tree_chunk_bytes(size_bytes, proto, nc, f, prm) * wire
     intra, net = (x * 1e-6 for x in step_latencies_us("tree", proto, f, prm))
-    hops = [(intra, f.intra_busbw / (2 * nc))] * (2 * (f.per_node - 1))
+    hops = [(intra, f.intra_busbw / nc, f.intra_busbw / (2 * nc))] * (2 * (f.per_node - 1))
     if f.nodes > 1:
         net_rate = f.net_busbw / (nc * (1 if f.nodes <= 2 else 2))
-        hops += [(net, net_rate)] * (2 * _log2i(f.nodes))
+        hops += [(net, net_rate, net_rate)] * (2 * _log2i(f.nodes))
     base = prm.base_latency_us["tree"][proto] * 1e-6
-    return pipeline_seconds(base, hops, chunk, size_bytes * wire / nc, cut_through=proto != _SIMPLE)
+    pipeline = pipeline_seconds(base, hops, chunk, size_bytes * wire / nc, cut_through=proto != _SIMPLE)
+    # no faster than the protocol moves data (LL: llMaxBw, LL128: 120 of 128 bytes, x .92)
+    return max(pipeline, size_bytes / algorithm_bandwidth(ALL_REDUCE, "tree", proto, f, prm))
 
 
 def nvls_tree_chunk_bytes(size_bytes: float, f: Fabric, prm: NcclParams) -> float:
@@ -109,19 +115,24 @@ def nvls_tree_seconds(size_bytes: float, f: Fabric, prm: NcclParams) -> float:
     nvls_rate = f.nvls_busbw * to_alg
     net_rate = f.net_busbw * (2 if f.nodes <= 2 else 1) * to_alg
     intra, net = (x * 1e-6 for x in step_latencies_us("nvls_tree", _SIMPLE, f, prm))
-    hops = [(intra / 2, nvls_rate)] * 2 + [(net, net_rate)] * (2 * _log2i(f.nodes))
+    # one unit crosses the network up, then down: alone on the NICs, twice the steady share
+    hops = [(intra / 2, nvls_rate, nvls_rate)] * 2 + [(net, 2 * net_rate, net_rate)] * (2 * _log2i(f.nodes))
     unit = f.nvls_channels * f.per_node * nvls_tree_chunk_bytes(size_bytes, f, prm)
     return pipeline_seconds(prm.base_latency_us["nvls_tree"][_SIMPLE] * 1e-6, hops, unit, size_bytes)
 
 
 def flat_seconds(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float:
-    """Latency + transfer, with the fitted Simple slowdown by family (ring-like, in-switch)."""
+    """Latency + transfer. Inside one node, Simple transfers run slower at mid sizes, by the fitted
+    slowdown of their family (NVLink rings; NVLS): the links' rate / (1 + (h / size)^e), measured on
+    8-GPU nodes (seed 001 'Замеры на практике'; calibration/data/nccl). Across nodes a ring's pace is
+    its NICs' and the node's shape does not carry over: the 2-node NCCL_ALGO=Ring log of
+    nccl-tests#309 runs at 97% of its 8 GiB busbw at 512 MiB, where the node shape would give 85%."""
     lat = latency_us(op, algo, proto, f, prm) * ring_plateau(op, algo, proto, size_bytes, f, prm) * 1e-6
-    transfer = size_bytes / algorithm_bandwidth(op, algo, proto, f, prm)
-    switch = algo.startswith(("nvls", "collnet"))
-    half, exponent = (f.switch_half_bytes, f.switch_exponent) if switch else (f.ring_half_bytes, f.ring_exponent)
-    fill = (half / size_bytes) ** exponent if proto == _SIMPLE else 0.0
-    return lat + transfer * (1.0 + fill)
+    if proto == _SIMPLE and f.nodes == 1:
+        ring_fill = (f.ring_half_bytes / size_bytes) ** f.ring_exponent
+        switch_fill = (f.switch_half_bytes / size_bytes) ** f.switch_exponent
+        f = replace(f, intra_busbw=f.intra_busbw / (1.0 + ring_fill), nvls_busbw=f.nvls_busbw / (1.0 + switch_fill))
+    return lat + size_bytes / algorithm_bandwidth(op, algo, proto, f, prm)
 
 
 def predicted_seconds(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float:
