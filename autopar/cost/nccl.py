@@ -16,10 +16,15 @@ and runs the smallest. algbw comes from the links' bus bandwidth:
 Protocols: LL (half the line is flags, capped), LL128 (120 of 128 bytes; NVLink nodes only),
 Simple. Latencies: base + steps x per-step hardware latency of the link each step crosses.
 
-NCCL picks by this estimate, with its own constants (our fitted latency scales and the
-pipeline below do not change what NCCL runs); what a run then takes is predicted by
-autopar/cost/nccl_pipeline.py: tree and NVLS-tree as the chunked pipelines NCCL runs them,
-the others as latency + transfer with a size-dependent Simple slowdown.
+NCCL picks by this estimate as NCCL computes it: its own latency constants (not our fitted
+scales), the links as its topology search rates them (autopar/cost/comm.py nccl_view: NICs at
+their search speed, not a calibration's efficiencies), and its per-channel ceilings over the
+channels of its tuning graph (perChMax*Bws; a tree's LL128 rate across > 2 Hopper nodes is
+8 x 29 GB/s, below the NICs). Releases differ: before 2.28 NVLS-tree was rated min(NVLink, NICs
+on <= 2 nodes, NICs / 2 beyond) x 5/6 with 14 us network steps (v2.27.7), which moves the
+NVLS-tree / tree switch by several sizes; a profile's nccl_version picks the model. What the
+chosen run then takes is autopar/cost/nccl_pipeline.py's: tree and NVLS-tree as the chunk
+pipelines NCCL runs, the others as latency + transfer.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ class Choice:
     nccl_estimate_seconds: float
 
 
-def _log2i(x: int) -> int:
+def log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
@@ -179,7 +184,7 @@ def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> fl
         inter = 0 if not multi else (2 * (f.nodes - 1) if op == ALL_REDUCE else f.nodes - 1)
         return base + (steps - inter) * max(intra, overhead) + inter * net
     if algo == "tree":
-        return base + 2 * ((ppn - 1) * intra + _log2i(f.nodes) * net)
+        return base + 2 * ((ppn - 1) * intra + log2i(f.nodes) * net)
     if algo == "collnet_direct":
         return base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * prm.collnet_arity_us) + net
     if algo == "collnet_chain":
@@ -187,14 +192,14 @@ def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> fl
     if algo == "nvls":
         return intra + (net if multi else 0.0)
     if algo == "nvls_tree":
-        return base + intra + 2 * _log2i(f.nodes) * net
-    return base + _log2i(f.nodes) * net / prm.pat_log_latency_divisor + f.ranks * prm.pat_linear_us_per_rank
+        return base + intra + 2 * log2i(f.nodes) * net
+    return base + log2i(f.nodes) * net / prm.pat_log_latency_divisor + f.ranks * prm.pat_linear_us_per_rank
 
 
 def _tree_correction(op: str, algo: str, proto: int, size_bytes: float, prm: NcclParams) -> float:
     if algo != "tree" or op != ALL_REDUCE:
         return 1.0
-    index = _log2i(int(size_bytes) >> 6) if size_bytes >= 64 else -1
+    index = log2i(int(size_bytes) >> 6) if size_bytes >= 64 else -1
     table = prm.tree_correction[PROTOCOLS[proto]]
     return table[index] if 0 <= index < 23 else 1.0
 

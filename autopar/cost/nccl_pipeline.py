@@ -13,8 +13,8 @@ transfer u / r_h at the link's share r_h. Two regimes, by protocol:
   latencies plus one transfer, but every step waits for its flag handshake before it streams:
     t = base + sum_h alpha_h + max_h u / r_h + (n - 1) max_h (alpha_h + u / r_h)
 (the pipelined tree of Sanders, Speck, Traeff, "Two-tree algorithms for full bandwidth
-broadcast, reduction and scan", Parallel Computing 2009). NCCL sizes u by the message (smaller chunks for smaller
-messages and deeper trees), so the pipeline fill -- which NCCL's own estimate leaves out and its
+broadcast, reduction and scan", Parallel Computing 2009). NCCL sizes u by the message (smaller
+chunks for smaller messages and deeper trees), so the pipeline fill -- which NCCL's own estimate leaves out and its
 treeCorrectionFactor patches -- follows from its chunking rules, not from a fitted curve:
 - tree: per channel; 2 (ppn - 1) NVLink hops at the GPU's NVLink share (each GPU forwards up
   and down at once: intra busbw / (2 channels)) and 2 log2(nodes) network hops at the NICs'
@@ -29,12 +29,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autopar.cost.nccl import (ALGORITHMS, ALL_REDUCE, PROTOCOLS, Choice, Fabric, _log2i, algorithm_bandwidth,
-                               estimate_seconds, latency_us, ring_plateau,
-                               step_latencies_us)
+from autopar.cost.nccl import (ALGORITHMS, ALL_REDUCE, PROTOCOLS, Choice, Fabric, algorithm_bandwidth, estimate_seconds,
+                               latency_us, log2i, ring_plateau, step_latencies_us)
 from autopar.specs.costparams import NcclParams
 
-_LL, _LL128, _SIMPLE = 0, 1, 2
+_LL, _SIMPLE = 0, 2
 
 
 def pipeline_seconds(base_seconds: float, hops: list[tuple[float, float, float]], unit_bytes: float, total_bytes: float,
@@ -73,7 +72,7 @@ def tree_chunk_bytes(size_bytes: float, proto: int, nc: int, f: Fabric, prm: Ncc
     if proto == _SIMPLE:
         return step
     chunk = int(step) // 16 * 15
-    nsteps = 1 + _log2i(f.nodes) + 0.1 * f.per_node
+    nsteps = 1 + log2i(f.nodes) + 0.1 * f.per_node
     for k, floor in prm.ll128_chunk_rule:
         while size_bytes // (nc * chunk) < nsteps * k / f.per_node and chunk > floor:
             chunk //= 2
@@ -92,7 +91,7 @@ def tree_seconds(size_bytes: float, proto: int, f: Fabric, prm: NcclParams) -> f
     hops = [(intra, f.intra_busbw / nc, f.intra_busbw / (2 * nc))] * (2 * (f.per_node - 1))
     if f.nodes > 1:
         net_rate = f.net_busbw / (nc * (1 if f.nodes <= 2 else 2))
-        hops += [(net, net_rate, net_rate)] * (2 * _log2i(f.nodes))
+        hops += [(net, net_rate, net_rate)] * (2 * log2i(f.nodes))
     base = prm.base_latency_us["tree"][proto] * 1e-6
     pipeline = pipeline_seconds(base, hops, chunk, size_bytes * wire / nc, cut_through=proto != _SIMPLE)
     # no faster than the protocol moves data (LL: llMaxBw, LL128: 120 of 128 bytes, x .92)
@@ -116,7 +115,7 @@ def nvls_tree_seconds(size_bytes: float, f: Fabric, prm: NcclParams) -> float:
     net_rate = f.net_busbw * (2 if f.nodes <= 2 else 1) * to_alg
     intra, net = (x * 1e-6 for x in step_latencies_us("nvls_tree", _SIMPLE, f, prm))
     # one unit crosses the network up, then down: alone on the NICs, twice the steady share
-    hops = [(intra / 2, nvls_rate, nvls_rate)] * 2 + [(net, 2 * net_rate, net_rate)] * (2 * _log2i(f.nodes))
+    hops = [(intra / 2, nvls_rate, nvls_rate)] * 2 + [(net, 2 * net_rate, net_rate)] * (2 * log2i(f.nodes))
     unit = f.nvls_channels * f.per_node * nvls_tree_chunk_bytes(size_bytes, f, prm)
     return pipeline_seconds(prm.base_latency_us["nvls_tree"][_SIMPLE] * 1e-6, hops, unit, size_bytes)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from calibration.nccl_fit import Curve, Observation, fit_log, fit_observations
-from calibration.nccl_log import read_log
 from calibration.nccl_samples import read_sample
 
 DATA = Path(__file__).resolve().parents[2] / "calibration" / "data" / "nccl"
