@@ -6,25 +6,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import dump_json, write_atomic
-from autopar.validation import validate_runs
-
-
-def _table(report: dict) -> str:
-    lines = [f"{'id':<40} {'plan':<58} {'measured':>9} {'predicted':>9} {'error':>7}"]
-    for r in report["rows"]:
-        if r["skipped"]:
-            lines.append(f"{r['id']:<40} skipped: {r['skipped']}")
-            continue
-        lines.append(f"{r['id']:<40} {r['plan'][:58]:<58} {r['measured_tokens_per_second_per_gpu']:9.0f} "
-                     f"{r['predicted_tokens_per_second_per_gpu']:9.0f} {100 * r['error']:+6.1f}%")
-    s = report["summary"]
-    lines.append("")
-    lines.append("tokens/s per GPU; error = (predicted - measured) / measured")
-    for group, g in s["by_group"].items():
-        lines.append(f"  {group:<40} MAPE {100 * g['mape']:5.1f}%  ({g['num_rows']} rows)")
-    if s["overall_mape"] is not None:
-        lines.append(f"  {'overall':<40} MAPE {100 * s['overall_mape']:5.1f}%  ({s['num_predicted']} predicted, {s['num_skipped']} skipped)")
-    return "\n".join(lines)
+from autopar.validation import render, validate_runs
 
 
 @main.command()
@@ -36,4 +18,4 @@ def validate(runs, as_json, out):
     report = validate_runs(runs)
     if out:
         write_atomic(out, dump_json(report))
-    click.echo(dump_json(report) if as_json else _table(report), nl=not as_json)
+    click.echo(dump_json(report) if as_json else render(report), nl=not as_json)
