@@ -76,8 +76,8 @@ CASES = (
     Case("nccl-tests#309 gj-aion: same nodes, NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2", "dgx-h100",
          (*H100_NODE, LogSpec("h100x16_2node_allreduce_ringforced_ib400_nccl-tests-issue309e.txt", "ring")),
          (LogSpec("h100x64_8node_allreduce_mincta24_ib400_nccl-tests-issue309h.txt"),), GJ_AION_NCCL,
-         not_modelled="NCCL_MIN_CTAS=24 raises the channels of rings and trees (16 -> 24) and of NVLS (16 -> 24, "
-                      "v2.27 ncclNvlsTuning clamps them to minCTAs); the model takes NCCL's default channels, and "
+         not_modelled="NCCL_MIN_CTAS=24 raises the channels of rings and trees (16 -> 24) and of NVLS (16 -> 24: "
+                      "src/transport/nvls.cc of v2.26.2 and v2.27.7 clamps them to minCTAs); the model takes NCCL's default channels, and "
                       "NCCL_IB_QPS_PER_CONNECTION=2 splits each connection over two queue pairs, which it does not model"),
 )
 
