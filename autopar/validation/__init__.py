@@ -16,7 +16,7 @@ from autopar.validation.rows import DEFAULTS_DOC, row_cluster, row_inputs, row_m
 
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch_size")
 
-__all__ = ["DEFAULTS_DOC", "RowResult", "load_rows", "measured_tokens_per_gpu", "predict_row", "rank_agreement", "render",
+__all__ = ["DEFAULTS_DOC", "RowResult", "families_table", "load_rows", "measured_tokens_per_gpu", "predict_row", "rank_agreement", "render",
            "row_cluster", "row_inputs", "row_model", "row_training", "source_flops_per_token", "summarize", "validate_runs"]
 
 
@@ -36,6 +36,14 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
             if key not in r:
                 raise InputError(f"runs[{i}].{key}", None, "required column is missing")
     return rows
+
+
+def families_table(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The validated error per family over every file's modelled rows (profiles/validation/families.json)."""
+    rows = [RowResult.model_validate(r) for rep in reports.values() for r in rep["rows"]]
+    modelled = [r for r in rows if r.error is not None and not r.not_modelled]
+    table = summarize(modelled)["by_family"]
+    return {"source": "autopar validate " + " ".join(sorted(reports)), "families": table}
 
 
 def validate_runs(path: str | Path, params: CostParams | None = None,

@@ -12,11 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopar.cost import estimate
 from autopar.cost.flops import model_flops_per_token
 from autopar.errors import AutoparError
+from autopar.space import virtual_stage_options
 from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
 from autopar.specs.plan import Recompute
 from autopar.specs.training import Stack
+from autopar.specs.trust import family_of
 from autopar.validation.rows import RowInputs, plan_of, row_inputs
 
 GIB = 2**30
@@ -78,12 +80,9 @@ def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec) -> tuple[floa
 
 
 def family(inputs: RowInputs, zero: int) -> str:
-    """dense|moe / megatron-style|fsdp / precision / GPU generation: the grain at which the
-    validated error is reported and attached to estimates."""
-    kind = "moe" if inputs.model.is_moe else "dense"
-    style = "fsdp" if zero == 3 else "megatron-style"
-    precision = {"fp16": "bf16"}.get(inputs.training.precision.value, inputs.training.precision.value)
-    return f"{kind}/{style}/{precision}/{inputs.cluster.gpu.architecture}"
+    """The row's family (autopar.specs.trust.family_of): the grain at which the validated
+    error is reported and attached to estimates."""
+    return family_of(inputs.model.is_moe, zero, inputs.training.precision.value, inputs.cluster.gpu.architecture)
 
 
 def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]]:
@@ -97,6 +96,9 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         f = inputs.plan_fields
         grid = inputs.cluster.num_gpus // f["pp"]  # tp x cp x dp ranks per stage, where experts fold
         options.append([("etp", e) for e in (1, 2, 4, 8) if grid % (e * f["ep"]) == 0])
+    if "vpp" in inputs.open_choices:
+        vpps = [1] + virtual_stage_options(inputs.model, inputs.plan_fields["pp"])
+        options.append([("vpp", v) for v in vpps])
     if "mbs" in inputs.open_choices:
         options.append([("mbs", b) for b in (1, 2, 4)])
     out = []
