@@ -4,20 +4,20 @@ plan space'). Cross-dimension rules come from autopar.cost.rules (one implementa
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from autopar.cost.rules import legal_mask
-from autopar.cost.table import CP_ALGO, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable
+from autopar.cost.table import CP_ALGO, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable
 from autopar.errors import InputError
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule, stage_layout
+from autopar.specs.plan import CpAlgo, GradSync, Plan, RankOrder, Recompute, Schedule, stage_layout
 from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
+MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use 2-8; any vpp can be given)
 FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order")
 
 
@@ -33,6 +33,7 @@ class SpaceOptions:
     allow_tp_across_nodes: bool = False
     stage_layouts: bool = False  # also vary the layers of the first and last pipeline stage
     max_micro_batch: int = MAX_MICRO_BATCH
+    max_vpp: int = MAX_VPP
 
 
 def _fixed_plan_fields(fixed: dict[str, object]) -> dict[str, object]:
@@ -107,33 +108,50 @@ def end_stage_layouts(num_layers: int, pp: int, spread: int = 2) -> list[tuple[i
     return [fl for fl in out if [fl[0], fl[1]] != [balanced[0], balanced[-1]] or len(set(balanced[1:-1])) > 1]
 
 
+def virtual_stage_options(model: ModelSpec, pp: int, max_vpp: int = MAX_VPP) -> list[int]:
+    """vpp > 1 values the search offers: those that cut some rank's share of the balanced split
+    (embedding and loss counted as a layer each when pp does not divide the layers) into equal
+    chunks, up to max_vpp. Other values are legal and can be fixed (--fix vpp=N)."""
+    total = model.num_layers + 2 + model.mtp_num_layers
+    shares = {model.num_layers // pp} if model.num_layers % pp == 0 and not model.mtp_num_layers else {total // pp, -(-total // pp)}
+    most = min(max_vpp, total // pp)
+    return [v for v in range(2, most + 1) if any(n % v == 0 for n in shares)]
+
+
 def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray] | None:
-    """The cartesian product of the remaining dimensions for one (tp, cp, pp)."""
+    """The cartesian product of the remaining dimensions for one (tp, cp, pp), as columns."""
     per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 1
     mbs = _allowed("mbs", [b for b in divisors(per_replica) if b <= opts.max_micro_batch], fixed)
     eps = [e for e in divisors(model.num_experts) if (dp * cp * tp) % e == 0] if model.is_moe else [1]
     etps = sorted({tp, 1}) if model.is_moe else [tp]
-    vpps = [1] + ([v for v in range(2, model.num_layers // pp + 1) if (model.num_layers // pp) % v == 0] if pp > 1 else [])
-    zeros = [0, 1, 2, 3] if pp == 1 else [0, 1]
-    recomputes = [r for r in Recompute if not (training.flash_attention and r == Recompute.selective)]
-    sps = [1, 0] if tp > 1 else [0]
-    algos = [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring]
-    orders = list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp]
+    vpps = [1] + (virtual_stage_options(model, pp, opts.max_vpp) if pp > 1 else [])
+    # (vpp, schedule) pairs: interleaving needs vpp > 1; ZB-H2 and 1F1B run with vpp = 1
+    pipes = [(v, SCHEDULE.index(s)) for v in _allowed("vpp", vpps, fixed)
+             for s in _allowed("schedule", [Schedule.interleaved] if v > 1 else
+                               ([Schedule.one_f_one_b, Schedule.zero_bubble] if pp > 1 else [Schedule.one_f_one_b]), fixed)]
+    # with pp > 1 gradients are reduced once per step (torch.distributed.pipelining, Megatron),
+    # so ZeRO-2 keeps unsharded gradients like ZeRO-1: offer it only without pipelining
+    zeros = [0, 1, 2, 3] if pp == 1 else [0, 1, 3]
+    recomputes = [RECOMPUTE.index(r) for r in _allowed("recompute", list(Recompute), fixed)
+                  if not (training.flash_attention and r == Recompute.selective)]
+    algos = [CP_ALGO.index(a) for a in _allowed("cp_algo", [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring], fixed)]
+    orders = [ORDER.index(o) for o in _allowed("order", list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp], fixed)]
     layouts = [(NONE, NONE)] + (end_stage_layouts(model.num_layers, pp) if opts.stage_layouts else [])
-    combos = itertools.product(
-        _allowed("ep", eps, fixed), _allowed("etp", etps, fixed), _allowed("vpp", vpps, fixed), mbs,
-        _allowed("zero", zeros, fixed), _allowed("recompute", recomputes, fixed), _allowed("sp", sps, fixed),
-        _allowed("cp_algo", algos, fixed), _allowed("order", orders, fixed),
-    )
-    rows = []
-    for ep, etp, vpp, b, zero, rc, sp, algo, order in combos:
-        schedules = [Schedule.interleaved] if vpp > 1 else ([Schedule.one_f_one_b, Schedule.zero_bubble] if pp > 1 else [Schedule.one_f_one_b])
-        for sched in _allowed("schedule", schedules, fixed):
-            for first, last in layouts:
-                rows.append((tp, pp, dp, cp, ep, etp, vpp, b, zero, NONE, RECOMPUTE.index(rc), NONE, sp, sp,
-                             SCHEDULE.index(sched), CP_ALGO.index(algo), ORDER.index(order), first, last))
-    if not rows:
+    dims = [_allowed("ep", eps, fixed), _allowed("etp", etps, fixed), range(len(pipes)), mbs, _allowed("zero", zeros, fixed),
+            recomputes, _allowed("sp", [1, 0] if tp > 1 else [0], fixed), algos, orders, range(len(layouts))]
+    if any(len(d) == 0 for d in dims):
         return None
-    arr = np.asarray(rows, dtype=np.int64)
-    names = list(PlanTable.__dataclass_fields__)
-    return {name: arr[:, i] for i, name in enumerate(names)}
+    grid = [g.ravel() for g in np.meshgrid(*[np.asarray(list(d), dtype=np.int64) for d in dims], indexing="ij")]
+    ep, etp, pipe, b, zero, rc, sp, algo, order, lay = grid
+    pipes_arr, layouts_arr = np.asarray(pipes, dtype=np.int64), np.asarray(layouts, dtype=np.int64)
+    n = len(ep)
+    full = lambda v: np.full(n, v, dtype=np.int64)  # noqa: E731
+    microbatch_sync = (zero >= 2) & (pp == 1)
+    return {
+        "tp": full(tp), "pp": full(pp), "dp": full(dp), "cp": full(cp), "ep": ep, "etp": etp, "vpp": pipes_arr[pipe, 0],
+        "mbs": b, "zero": zero, "shard": full(NONE), "recompute": rc, "recompute_layers": full(NONE), "sp": sp,
+        "tp_overlap": sp, "schedule": pipes_arr[pipe, 1], "cp_algo": algo, "order": order,
+        "first": layouts_arr[lay, 0], "last": layouts_arr[lay, 1], "layout": full(NONE), "rc_stages": full(NONE),
+        "reshard": full(int(pp == 1)), "grad_sync": np.where(microbatch_sync, GRAD_SYNC.index(GradSync.microbatch), GRAD_SYNC.index(GradSync.step)),
+        "dispatcher": full(0), "ep_overlap": full(0),
+    }

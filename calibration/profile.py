@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from autopar.errors import InputError, ProfileNotFound
-from autopar.specs.costparams import CalibrationProfile, GemmCalibration, load_cost_params
+from autopar.specs.costparams import CalibrationProfile, GemmCalibration
+from autopar.specs.hardware import ClusterSpec
 from autopar.specs.hardware import load_gpu
 from calibration.nccl_log import NcclLog
 from calibration.nccl_profile import build_collectives
@@ -45,9 +46,9 @@ def existing_profile(path: str | Path) -> CalibrationProfile | None:
 
 
 def nccl_profile(name: str, logs: list[NcclLog], gpu: str | None = None, command: str = "",
-                 base: CalibrationProfile | None = None) -> CalibrationProfile:
-    comm = load_cost_params().comm
-    collectives, fits = build_collectives(logs, gpu, comm.sharp_speedup, (comm.half_bandwidth_bytes, 1.0))
+                 base: CalibrationProfile | None = None, forced: dict | None = None,
+                 cluster: ClusterSpec | None = None) -> CalibrationProfile:
+    collectives, fits = build_collectives(logs, forced, gpu, cluster)
     per_node = Counter(log.ranks_per_node for log in logs if not log.path.endswith("]")).most_common(1)
     update: dict[str, Any] = {
         "collectives": collectives, "log_fits": fits, "created_by": command,

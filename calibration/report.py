@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
+from autopar.cost.comm import Collective, busbw_factor, collective_choice, place_group
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CalibrationProfile, load_calibration_profile, load_cost_params, with_calibration
 from calibration.gemm_data import read_samples
@@ -61,13 +61,13 @@ def nccl_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _point(profile: CalibrationProfile, cluster: str, op: Collective, size: float, ranks: int, sharp: bool | None = None) -> dict:
+def _point(profile: CalibrationProfile, cluster: str, op: Collective, size: float, ranks: int, algorithm: str | None = None) -> dict:
     c = load_cluster(cluster)
     if ranks > c.gpus_per_node:
         c = c.with_gpus(ranks)
     params = with_calibration(load_cost_params(), profile)
     group = place_group(ranks, 1, c.gpus_per_node)
-    t = collective_seconds(op, size, group, c, params, sharp=sharp)
+    t = collective_choice(op, size, group, c, params, algorithm).seconds
     return {"seconds": t, "algbw_gb_per_s": size / t / GB, "busbw_gb_per_s": size / t * busbw_factor(op, ranks) / GB}
 
 
@@ -76,9 +76,9 @@ def rules_of_thumb() -> list[dict]:
     node = load_calibration_profile(str(FITTED / "h100-nvlink.yaml"))
     ib = load_calibration_profile(str(FITTED / "h100-ib.yaml"))
     big, ar, ag = 8 * 2**30, Collective.all_reduce, Collective.all_gather
-    ring = _point(node, "dgx-h100", ar, big, 8, sharp=False)["busbw_gb_per_s"]
-    nvls = _point(node, "dgx-h100", ar, big, 8, sharp=True)["busbw_gb_per_s"]
-    mid_ring, mid_nvls = _point(node, "dgx-h100", ar, 58e6, 8, sharp=False), _point(node, "dgx-h100", ar, 58e6, 8, sharp=True)
+    ring = _point(node, "dgx-h100", ar, big, 8, algorithm="ring")["busbw_gb_per_s"]
+    nvls = _point(node, "dgx-h100", ar, big, 8, algorithm="nvls")["busbw_gb_per_s"]
+    mid_ring, mid_nvls = _point(node, "dgx-h100", ar, 58e6, 8, algorithm="ring"), _point(node, "dgx-h100", ar, 58e6, 8, algorithm="nvls")
     return [
         {"check": "8x H100 all_gather busbw at 8 GiB (ring)", "expected": "~370 GB/s (sjeaugey, nccl-tests#212; seed 001: 'почти 370')",
          "predicted": _point(node, "dgx-h100", ag, big, 8)["busbw_gb_per_s"]},
@@ -116,12 +116,22 @@ def write_reports(validation: dict | None = None, out: Path = OUT) -> list[str]:
     (out / "nccl_fits.txt").write_text(nccl_table(fits) + "\n")
     checks = rules_of_thumb()
     (out / "rules_of_thumb.json").write_text(json.dumps(checks, indent=1) + "\n")
+    from calibration.heldout import report as heldout_report
+
+    heldout, heldout_text = heldout_report()
+    (out / "heldout.json").write_text(json.dumps(heldout, indent=1) + "\n")
+    (out / "heldout.txt").write_text(heldout_text + "\n")
     gemm, gemm_text = gemm_report()
     (out / "gemm_fit.json").write_text(json.dumps(gemm, indent=1) + "\n")
     (out / "gemm_fit.txt").write_text(gemm_text + "\n")
     lines = [nccl_table(fits).splitlines()[-1]]
     for c in checks:
         lines.append(f"{c['check']}: {c['predicted']:.3g} (expected {c['expected']})" + (f", busbw {c['busbw']:.3g}" if "busbw" in c else ""))
+    for case in heldout:
+        for h in case["held_out"]:
+            mid = "-" if h["max_error_1_64mib"] is None else f"{100 * h['max_error_1_64mib']:.1f}%"
+            lines.append(f"held out {h['log'].rsplit('/', 1)[-1]}: max |busbw error| >= 64 MiB {100 * h['max_error_ge_64mib']:.1f}%, "
+                         f"1-64 MiB {mid} ({'pass' if h['passes'] else 'FAIL'})")
     lines.append(gemm_text)
     if validation is not None:
         (out / "validation_before_after.json").write_text(json.dumps(validation, indent=1) + "\n")

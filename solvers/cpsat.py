@@ -3,7 +3,7 @@
 Data: the space is split into *cores* (every dimension but vpp and schedule) and *outer*
 options (vpp, schedule). The batch cost model costs each core once (vpp = 1, 1F1B); the step
 of any plan is then m x T_max[core] + fill + F[core], where fill = R[core] / vpp for the
-interleaved schedule, R[core] for 1F1B and 0 for zero-bubble (autopar.cost.step.compose_outer
+interleaved schedule, R[core] for 1F1B and 0 for zero-bubble (autopar.cost.compose.compose_outer
 is the same composition in numpy). Memory depends on the in-flight micro-batches, so the
 (core, outer) pairs that fit in HBM are an allowed-assignments table.
 Model: an index over the (core, outer) pairs that fit; an element constraint reads the step,
@@ -18,16 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from autopar.cost import evaluate
 from autopar.cost.context import Batch
 from autopar.cost.pipeline import ZERO_BUBBLE
-from autopar.cost.step import compose_outer
-from autopar.cost.table import SCHEDULE
-from autopar.specs.plan import Schedule
+from autopar.cost.compose import compose_outer, evaluate_cores
 from solvers.base import Objective, Ranking, feasible, objective_values
 
 STEP_QUANTUM_SECONDS = 1e-6  # one integer unit of step time in the model
-ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
 SEED = 20261129
 
 
@@ -51,20 +47,10 @@ class Tables:
 
 def build_tables(batch: Batch) -> Tables:
     tab = batch.tab
-    cols = tab.columns()
-    core_cols = [k for k in cols if k not in ("vpp", "schedule")]
-    core_keys = np.stack([cols[k] for k in core_cols], axis=1)
-    _, core_first, core_of_row = np.unique(core_keys, axis=0, return_index=True, return_inverse=True)
-    core_of_row = core_of_row.ravel()
+    result, core_of_row, core_batch = evaluate_cores(batch)
     outer_keys = np.stack([tab.vpp, tab.schedule], axis=1)
     outers, outer_of_row = np.unique(outer_keys, axis=0, return_inverse=True)
     outer_of_row = outer_of_row.ravel()
-
-    reps = tab.take(core_first)
-    reps.vpp = np.ones_like(reps.vpp)
-    reps.schedule = np.full_like(reps.schedule, ONE_F_ONE_B)
-    core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
-    result = evaluate(core_batch)
     step, memory = compose_outer(result, core_of_row, batch.microbatches, tab.pp, tab.vpp, tab.schedule, batch.params)
     fixed = sum(result.time[k] for k in ("dp_comm", "optimizer_step", "step_overhead"))
     ok = feasible(batch, memory)

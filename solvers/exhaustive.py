@@ -1,4 +1,5 @@
-"""The oracle: cost every plan of the space with the batch cost model (numpy over plans),
+"""The oracle: cost every plan of the space with the batch cost model (numpy over plans; plans
+that differ only in vpp and schedule share one costing, autopar.cost.compose),
 keep the feasible ones, rank them. Ties break on enumeration order (deterministic)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.cost import evaluate
+from autopar.cost.compose import step_and_memory
 from autopar.cost.context import Batch
 from autopar.cost.table import PlanTable
 from solvers.base import Objective, Ranking, feasible, objective_values
@@ -23,8 +24,7 @@ def solve(batch: Batch, objective: Objective, top_k: int, progress: Callable[[in
     for start in range(0, n, CHUNK_ROWS):
         rows = np.arange(start, min(n, start + CHUNK_ROWS))
         sub = Batch(batch.model, batch.cluster, batch.training, batch.params, tab.take(rows))
-        result = evaluate(sub)
-        step[rows], memory[rows] = result.step_seconds, result.memory_bytes
+        step[rows], memory[rows] = step_and_memory(sub)
         if progress:
             progress(int(rows[-1]) + 1, n)
     values = objective_values(batch, step, objective)

@@ -11,6 +11,9 @@ import click
 from autopar.cli import main
 from autopar.cli.common import write_atomic
 from autopar.cost.comm import Collective
+from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
+from autopar.errors import InputError
+from autopar.specs import load_cluster
 from calibration.nccl_log import NcclLog, read_log
 from calibration.nccl_points import is_points_file, read_points
 from calibration.profile import dump_profile, existing_profile, gemm_profile, nccl_profile
@@ -30,9 +33,24 @@ def calibrate() -> None:
     gemm), so one profile can hold both."""
 
 
-def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: str | None) -> list[NcclLog]:
+def _split_forced(path: str) -> tuple[str, str | None, str | None]:
+    """'LOG@ring/simple' -> (LOG, 'ring', 'simple'): the algorithm / protocol the run forced."""
+    if "@" not in path or Path(path).is_file():
+        return path, None, None
+    base, _, spec = path.rpartition("@")
+    algo, _, proto = spec.partition("/")
+    if algo and algo not in ALGORITHMS:
+        raise InputError("logs", path, f"forced algorithm must be one of {', '.join(ALGORITHMS)}")
+    if proto and proto not in PROTOCOLS:
+        raise InputError("logs", path, f"forced protocol must be one of {', '.join(PROTOCOLS)}")
+    return base, algo or None, proto or None
+
+
+def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: str | None):
     logs: list[NcclLog] = []
-    for path in paths:
+    forced: dict[str, tuple[str | None, str | None]] = {}
+    for spec in paths:
+        path, algo, proto = _split_forced(spec)
         if is_points_file(path):
             logs.extend(read_points(path))
             continue
@@ -40,7 +58,8 @@ def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: 
         for warning in log.warnings:
             click.echo(f"warning: {Path(path).name}: {warning}", err=True)
         logs.append(log)
-    return logs
+        forced[log.path] = (algo, proto)
+    return logs, forced
 
 
 def _nccl_table(profile) -> str:
@@ -50,15 +69,16 @@ def _nccl_table(profile) -> str:
         med = "-" if f.median_error is None else f"{100 * f.median_error:.1f}%"
         lines.append(f"{Path(f.log).name[:58]:<58} {f.collective:<14} {f.num_ranks:>5} {f.num_nodes:>5} {f.num_sizes:>5} "
                      f"{f.peak_busbw_gb_per_s:>7.1f} {f.busbw_gb_per_s:>7.1f} {med:>8} {100 * f.max_error:>7.1f}%")
-    lines += ["", f"{'tier':<11} {'collective':<15} {'B GB/s':>7} {'half MB':>8} {'exp':>5} {'us/step':>8}  from"]
     cal = profile.collectives
-    for tier, curves in (("intra_node", cal.intra_node), ("network", cal.network)):
-        for op, c in curves.items():
-            alpha = "-" if c.latency_us_per_step is None else f"{c.latency_us_per_step:.2f}"
-            origin = c.derived_from or f"{len(c.sources)} source(s){' (NVLS)' if c.sharp else ''}"
-            lines.append(f"{tier:<11} {op:<15} {c.busbw_gb_per_s:>7.1f} {c.half_bandwidth_bytes / 1e6:>8.2f} {c.exponent:>5.2f} {alpha:>8}  {origin}")
-    if cal.sharp_speedup:
-        lines.append(f"SHARP (NVLS) all_reduce speedup over ring: {cal.sharp_speedup:.3f}")
+    lines += ["", "collective model parameters fitted (autopar/cost/nccl.py):"]
+    for name, value in cal.model_dump(exclude_none=True).items():
+        if isinstance(value, float) and name not in ("median_error", "max_error"):
+            lines.append(f"  {name} = {value:.4g}")
+    for name, why in cal.not_identified.items():
+        lines.append(f"  not identified: {name}: {why}")
+    if cal.median_error is not None:
+        lines.append(f"model error over {cal.num_observations} printed sizes: median {100 * cal.median_error:.1f}%, "
+                     f"max {100 * cal.max_error:.1f}% (sizes >= 1 MiB)")
     return "\n".join(lines)
 
 
@@ -69,13 +89,17 @@ def _nccl_table(profile) -> str:
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes of the runs, when the logs lack a device list")
 @click.option("--op", type=click.Choice(OPS), default=None, help="Collective, when the logs lack the program name")
 @click.option("--gpu", default=None, help="GPU preset of the runs (for NVLS detection), when the logs lack device lines")
+@click.option("--cluster", "cluster_name", default=None, help="Cluster preset or YAML the logs ran on (default: the preset of their GPU)")
 @click.option("--name", default=None, help="Profile name (default: the output file's stem)")
-def nccl(logs, out, ranks, nodes, op, gpu, name):
-    """Fit t(size) = alpha x steps + size f / B (1 + (half/size)^exp) per collective and tier from
-    nccl-tests logs (LOGS: console output files, or `kind: nccl-points` YAML tables)."""
-    parsed = _read_all(logs, ranks, nodes, op)
+def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, name):
+    """Fit the collective model's physical parameters (link bandwidths, latencies, NVLS / tree /
+    SHARP gains, saturation) to nccl-tests logs and name what they could not tell. LOGS:
+    console output files, or `kind: nccl-points` YAML tables; LOG@ALGO[/PROTO] marks a run
+    made with NCCL_ALGO / NCCL_PROTO set (e.g. ring2node.txt@ring)."""
+    parsed, forced = _read_all(logs, ranks, nodes, op)
     base = existing_profile(out)
-    profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base)
+    cluster = load_cluster(cluster_name) if cluster_name else None
+    profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base, forced, cluster)
     write_atomic(out, dump_profile(profile))
     click.echo(_nccl_table(profile))
     click.echo(f"wrote {out}")

@@ -8,7 +8,8 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import dump_json, parse_count
-from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
+from autopar.cost.comm import Collective, busbw_factor, collective_choice, place_group
+from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
 from autopar.errors import InputError
 from autopar.specs import load_cluster
 from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
@@ -30,17 +31,33 @@ def _sizes(text: str) -> list[int]:
     return out
 
 
-def predict(op: Collective, size_bytes: int, group, cluster, params) -> dict:
-    seconds = collective_seconds(op, size_bytes, group, cluster, params)
-    algbw = size_bytes / seconds
-    return {"size_bytes": size_bytes, "seconds": seconds, "algbw_bytes_per_second": algbw,
-            "busbw_bytes_per_second": algbw * busbw_factor(op, group.size), "tier": group.tier}
+def predict(op: Collective, size_bytes: int, group, cluster, params, algorithm: str | None = None,
+            protocol: str | None = None) -> dict:
+    try:
+        choice = collective_choice(op, size_bytes, group, cluster, params, algorithm, protocol)
+    except ValueError as exc:
+        raise InputError("algo", "/".join(x for x in (algorithm, protocol) if x), str(exc)) from None
+    algbw = size_bytes / choice.seconds
+    return {"size_bytes": size_bytes, "seconds": choice.seconds, "algbw_bytes_per_second": algbw,
+            "busbw_bytes_per_second": algbw * busbw_factor(op, group.size), "tier": group.tier,
+            "algorithm": choice.algorithm, "protocol": choice.protocol}
+
+
+def check_fabric(cluster, num_gpus: int, extrapolate: bool) -> None:
+    """Refuse a group larger than the cluster's fabric describes (its largest tier)."""
+    nodes = -(-num_gpus // cluster.gpus_per_node)
+    limit = max([t.num_nodes for t in cluster.tiers] or [1])
+    if nodes > limit and not extrapolate:
+        raise InputError("gpus", num_gpus, f"{nodes} nodes exceed the {limit} nodes cluster {cluster.name}'s fabric describes "
+                         f"(tiers); pass --extrapolate-fabric to cost it on the outermost tier anyway")
 
 
 def _table(rows: list[dict], title: str) -> str:
-    lines = [f"# {title}", f"# {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}", f"# {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"]
+    lines = [f"# {title}", f"# {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}  {'algorithm':<14} protocol",
+             f"# {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"]
     for r in rows:
-        lines.append(f"  {r['size_bytes']:>12d} {r['seconds'] * 1e6:>10.2f} {r['algbw_bytes_per_second'] / 1e9:>8.2f} {r['busbw_bytes_per_second'] / 1e9:>8.2f}")
+        lines.append(f"  {r['size_bytes']:>12d} {r['seconds'] * 1e6:>10.2f} {r['algbw_bytes_per_second'] / 1e9:>8.2f} "
+                     f"{r['busbw_bytes_per_second'] / 1e9:>8.2f}  {r['algorithm']:<14} {r['protocol']}")
     return "\n".join(lines)
 
 
@@ -52,9 +69,13 @@ def _table(rows: list[dict], title: str) -> str:
 @click.option("--bytes", "size_text", default=None, help="Message size as nccl-tests prints it (K/M/G are powers of two, like -b/-e; 1GiB, 1073741824)")
 @click.option("--sizes", "sizes_text", default=None, help="MIN:MAX, doubling (e.g. 1M:16G): an nccl-tests-like table")
 @click.option("--calibration", "calibration_path", default=None, help="Calibration profile (default: the one the cluster file names, if any)")
+@click.option("--algo", "algorithm", type=click.Choice(ALGORITHMS), default=None, help="Force an NCCL algorithm (as NCCL_ALGO)")
+@click.option("--proto", "protocol", type=click.Choice(PROTOCOLS), default=None, help="Force an NCCL protocol (as NCCL_PROTO)")
+@click.option("--extrapolate-fabric", is_flag=True, help="Allow more nodes than the cluster's fabric tiers describe")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list with --sizes)")
-def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, as_json):
-    """Predicted time, algbw and busbw of one collective over a group placed on the cluster."""
+def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, algorithm, protocol, extrapolate_fabric, as_json):
+    """Predicted time, algbw and busbw of one collective over a group placed on the cluster, and the
+    NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."""
     if (size_text is None) == (sizes_text is None):
         raise InputError("bytes", size_text, "give exactly one of --bytes or --sizes")
     if gpus is not None and nodes is not None:
@@ -64,6 +85,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     if num < 2:
         raise InputError("gpus", num, "a collective needs at least 2 ranks")
     if num > cluster.gpus_per_node:
+        check_fabric(cluster, num, extrapolate_fabric)
         cluster = cluster.with_gpus(num)
     group = place_group(num, 1, cluster.gpus_per_node)
     if calibration_path:
@@ -71,7 +93,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     else:
         params = params_for_cluster(cluster)
     sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True)]
-    rows = [predict(OPS[op], s, group, cluster, params) for s in sizes]
+    rows = [predict(OPS[op], s, group, cluster, params, algorithm, protocol) for s in sizes]
     if as_json:
         click.echo(dump_json(rows if sizes_text else rows[0]), nl=False)
         return

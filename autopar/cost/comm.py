@@ -4,11 +4,12 @@
 A group's ranks follow the rank order: a dimension's stride is the product of the degrees
 before it. A group whose span fits in a node runs on NVLink (or PCIe); otherwise its
 members sit on `nodes` nodes with `per_node` members each and the network part runs at the
-members' share of the node's NICs (per_node x NIC per GPU, capped by NVLink).
-Times (W = achieved bus bandwidth, n ranks):
-  AllGather / ReduceScatter: bytes (n-1)/n / W;  AllReduce: twice that (SHARP: x sharp_speedup);
-  AllToAll: off-node share bytes (n - per_node)/n over the NIC, on-node share over NVLink;
-  P2P: bytes / W.  Latency: alpha per ring step (n - 1 steps, 2(n - 1) for AllReduce).
+members' share of the node's NICs (per_node x NIC per GPU).
+AllReduce / AllGather / ReduceScatter run the algorithm and protocol NCCL's tuning model
+picks for that communicator shape (autopar/cost/nccl.py: ring, tree, NVLS, NVLS-tree,
+CollNet, PAT x LL, LL128, Simple), with the physical parameters of a calibration profile
+when the cluster names one. AllToAll: off-node share bytes (n - per_node)/n over the NIC,
+on-node share over NVLink; P2P: bytes / W.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from enum import Enum
 
 import numpy as np
 
-from autopar.specs.costparams import CostParams
+from autopar.cost import nccl
+from autopar.specs.costparams import CommCalibration, CostParams
 from autopar.specs.hardware import GB, US, ClusterSpec, LinkKind
 
 
@@ -69,14 +71,6 @@ def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostPara
     return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, half)
 
 
-def network_bandwidth(cluster: ClusterSpec, group: Group, message_bytes: float, params: CostParams, p2p: bool = False) -> float:
-    """Bus bandwidth of a multi-node group: its members' NICs, capped by the node's links."""
-    half = params.comm.p2p_half_bandwidth_bytes if p2p else params.comm.half_bandwidth_bytes
-    nic = _achieved(cluster.nic_bytes_per_second_per_gpu * group.per_node, params.comm.network_efficiency, message_bytes, half)
-    oversub = max([t.oversubscription for t in _tiers_spanned(cluster, group.nodes)] or [1.0])
-    return min(nic / oversub, intra_bandwidth(cluster, message_bytes, params, p2p) if group.per_node > 1 else nic / oversub)
-
-
 def _tiers_spanned(cluster: ClusterSpec, nodes: int):
     out = []
     for tier in cluster.tiers:
@@ -93,83 +87,74 @@ def step_latency_seconds(cluster: ClusterSpec, group: Group) -> float:
     return (tiers[-1].latency_us if tiers else cluster.intra_node.latency_us) * US
 
 
-def collective_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
-                       sharp: bool | None = None) -> float:
-    """Time of one collective; message_bytes is the full buffer per rank (nccl-tests 'size')."""
+def _calibrated(params: CostParams, name: str, default):
+    cal: CommCalibration | None = params.collectives
+    value = getattr(cal, name) if cal is not None else None
+    return default if value is None else value
+
+
+def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabric:
+    """The physical parameters of one communicator: the cluster's links, the default
+    efficiencies, and what a calibration profile fitted in their place."""
+    c, link = params.comm, cluster.intra_node
+    nvlink = link.kind == LinkKind.nvlink
+    intra = _calibrated(params, "intra_busbw_gb_per_s", link.bandwidth_gb_per_s * (c.nvlink_efficiency if nvlink else c.pcie_efficiency)) * GB
+    nvls_on = link.sharp and group.per_node >= c.nvls_min_ranks
+    network = group.nodes > 1
+    tiers = _tiers_spanned(cluster, group.nodes) if network else []
+    oversub = max([t.oversubscription for t in tiers] or [1.0])
+    net = group.per_node * cluster.nic_bytes_per_second_per_gpu * _calibrated(params, "network_efficiency", c.network_efficiency) / oversub
+    return nccl.Fabric(
+        ranks=group.size, per_node=group.per_node, nodes=group.nodes, intra_busbw=intra,
+        nvls_busbw=intra * _calibrated(params, "nvls_speedup", c.sharp_speedup) if nvls_on else 0.0,
+        net_busbw=net if network else 0.0,
+        collnet_speedup=_calibrated(params, "collnet_speedup", c.sharp_speedup) if network and cluster.sharp else 0.0,
+        nvlink=nvlink, architecture=cluster.gpu.architecture,
+        extra_net_latency_us=(tiers[-1].latency_us - tiers[0].latency_us) if tiers else 0.0,
+        intra_latency_scale=_calibrated(params, "intra_latency_scale", 1.0),
+        net_latency_scale=_calibrated(params, "net_latency_scale", 1.0),
+        tree_efficiency=_calibrated(params, "tree_efficiency", c.tree_efficiency),
+        ring_half_bytes=_calibrated(params, "ring_half_bandwidth_bytes", c.half_bandwidth_bytes),
+        ring_exponent=_calibrated(params, "ring_saturation_exponent", c.saturation_exponent),
+        switch_half_bytes=_calibrated(params, "switch_half_bandwidth_bytes", c.switch_half_bandwidth_bytes),
+        switch_exponent=_calibrated(params, "switch_saturation_exponent", c.switch_saturation_exponent))
+
+
+def collective_choice(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
+                      algorithm: str | None = None, protocol: str | None = None) -> nccl.Choice:
+    """Time of one collective and the NCCL algorithm / protocol it runs (message_bytes: the
+    full buffer per rank, nccl-tests 'size'). AllToAll and P2P are not NCCL-tuned: 'p2p'.
+    algorithm / protocol force one (NCCL_ALGO / NCCL_PROTO); ValueError when it cannot run."""
     n = group.size
     if n <= 1 or message_bytes <= 0:
-        return 0.0
-    calibrated = _calibrated_seconds(op, message_bytes, group, cluster, params, sharp)
-    if calibrated is not None:
-        return calibrated
-    alpha = step_latency_seconds(cluster, group)
-    if op == Collective.send_recv:
-        bw = intra_bandwidth(cluster, message_bytes, params, p2p=True) if group.nodes <= 1 else network_bandwidth(cluster, Group(2, 1, 2), message_bytes, params, p2p=True)
-        return alpha + message_bytes / bw
-    if op == Collective.all_to_all:
-        off_node = message_bytes * (n - group.per_node) / n
-        on_node = message_bytes * (group.per_node - 1) / n
-        # each pair exchanges message_bytes / n: saturation follows the p2p curve
-        t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params, p2p=True) if on_node else 0.0
-        t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, params.comm.network_efficiency, message_bytes / n, params.comm.p2p_half_bandwidth_bytes) if off_node else 0.0
-        # pairwise sends are issued together: latency grows with log2(n), not n
-        return alpha * math.log2(n) + max(t_on, t_off)
-    bw = intra_bandwidth(cluster, message_bytes, params) if group.nodes <= 1 else network_bandwidth(cluster, group, message_bytes, params)
-    factor = (n - 1) / n
-    steps = n - 1
-    if op == Collective.all_reduce:
-        use_sharp = (cluster.intra_node.sharp if group.nodes <= 1 else cluster.sharp) if sharp is None else sharp
-        bw = bw * (params.comm.sharp_speedup if use_sharp else 1.0)
-        factor *= 2
-        steps *= 2
-    return alpha * steps + message_bytes * factor / bw
+        return nccl.Choice("none", "none", 0.0, 0.0)
+    if op in (Collective.all_to_all, Collective.send_recv):
+        t = _p2p_seconds(op, message_bytes, group, cluster, params)
+        return nccl.Choice("p2p", "simple", t, t)
+    return nccl.choose(op.value, message_bytes, fabric(cluster, group, params), params.comm.nccl, algorithm, protocol)
 
 
-def latency_steps(op: Collective, n: int) -> float:
-    """Latency steps of a collective over n ranks: ring n - 1 (AllReduce = ReduceScatter +
-    AllGather, 2(n - 1)); AllToAll log2 n (pairwise sends issued together); P2P 1."""
-    if op == Collective.all_reduce:
-        return 2.0 * (n - 1)
-    if op in (Collective.all_gather, Collective.reduce_scatter):
-        return float(n - 1)
-    if op == Collective.all_to_all:
-        return math.log2(n)
-    return 1.0
+def collective_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams) -> float:
+    """Time of one collective; message_bytes is the full buffer per rank (nccl-tests 'size')."""
+    return collective_choice(op, message_bytes, group, cluster, params).seconds
 
 
-def _calibrated_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
-                        sharp: bool | None) -> float | None:
-    """Time from a calibration profile's fitted curve (calibration/nccl_fit.py), or None when
-    the profile has no curve for this collective and tier:
-    t = alpha x steps + S f / B (1 + (half / S)^exponent). Network tier: B is the measured
-    busbw scaled by the group's members per node (the node's NIC share, seed 001 'Коллективные
-    операции между узлами'), over the fabric's oversubscription; alpha x steps grows with n."""
-    cal = params.collectives
-    if cal is None:
-        return None
-    network = group.nodes > 1
-    tier = cal.network if network else cal.intra_node
+def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams) -> float:
     n = group.size
-    gain = 1.0
-    if op == Collective.all_reduce:
-        use_sharp = (cluster.sharp if network else cluster.intra_node.sharp) if sharp is None else sharp
-        # NVLS needs 5+ GPUs (8x H200 sweep, calibration-samples/nccl/nonstandard/h200_b200_nvls_vs_ring_tables_stas00.md)
-        use_sharp = use_sharp and (network or n >= cal.nvls_min_ranks)
-        speedup = cal.sharp_speedup or params.comm.sharp_speedup
-        curve = tier.get("all_reduce_sharp" if use_sharp else "all_reduce") or tier.get("all_reduce" if use_sharp else "all_reduce_sharp")
-        if curve is not None and curve.sharp != use_sharp:
-            gain = speedup if use_sharp else 1.0 / speedup
-    else:
-        curve = tier.get(op.value)
-    if curve is None:
-        return None
-    busbw = curve.busbw_gb_per_s * GB * gain
-    if network and op != Collective.send_recv:
-        oversub = max([t.oversubscription for t in _tiers_spanned(cluster, group.nodes)] or [1.0])
-        busbw *= group.per_node / curve.gpus_per_node / oversub
-    alpha = curve.latency_us_per_step * US if curve.latency_us_per_step is not None else step_latency_seconds(cluster, group)
-    saturation = 1.0 + (curve.half_bandwidth_bytes / message_bytes) ** curve.exponent
-    return alpha * latency_steps(op, n) + message_bytes * busbw_factor(op, n) / busbw * saturation
+    alpha = step_latency_seconds(cluster, group)
+    eff = _calibrated(params, "network_efficiency", params.comm.network_efficiency)
+    if op == Collective.send_recv:
+        if group.nodes <= 1:
+            return alpha + message_bytes / intra_bandwidth(cluster, message_bytes, params, p2p=True)
+        nic = _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes, params.comm.p2p_half_bandwidth_bytes)
+        return alpha + message_bytes / nic
+    off_node = message_bytes * (n - group.per_node) / n
+    on_node = message_bytes * (group.per_node - 1) / n
+    # each pair exchanges message_bytes / n: saturation follows the p2p curve
+    t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params, p2p=True) if on_node else 0.0
+    t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes / n, params.comm.p2p_half_bandwidth_bytes) if off_node else 0.0
+    # pairwise sends are issued together: latency grows with log2(n), not n
+    return alpha * math.log2(n) + max(t_on, t_off)
 
 
 def busbw_factor(op: Collective, n: int) -> float:

@@ -10,10 +10,10 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.cost.table import CP_ALGO, NONE, PlanTable, SCHEDULE
+from autopar.cost.table import CP_ALGO, PlanTable, SCHEDULE, layout_groups
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Plan, Schedule, stage_layout
+from autopar.specs.plan import CpAlgo, Plan, Schedule
 from autopar.specs.training import TrainingSpec
 from autopar.errors import InputError
 
@@ -30,22 +30,18 @@ class Rule:
     message: Callable[[ModelSpec, TrainingSpec, dict], str]
 
 
-def _vpp_breaks_layout(model: ModelSpec, tab: PlanTable) -> np.ndarray:
-    """vpp must divide the layers of every stage (Megatron: per-rank layers % vpp == 0)."""
+def _layout_broken(model: ModelSpec, tab: PlanTable) -> np.ndarray:
+    """The plan's pipeline layout holds the model's layers (any vpp; autopar.specs.layout)."""
     out = np.zeros(len(tab), dtype=bool)
-    keys = np.stack([tab.pp, tab.first, tab.last], axis=1)
-    for pp, first, last in np.unique(keys, axis=0).tolist():
-        rows = (tab.pp == pp) & (tab.first == first) & (tab.last == last)
-        if pp > model.num_layers:
-            out |= rows
-            continue
-        try:
-            layout = np.array(stage_layout(model.num_layers, pp, None if first == NONE else first, None if last == NONE else last))
-        except InputError:
-            out |= rows
-            continue
-        out |= rows & np.any(layout[None, :] % tab.vpp[:, None] != 0, axis=1)
+    for rows, layout in layout_groups(tab, model.num_layers, model.mtp_num_layers):
+        out[rows] = isinstance(layout, str)
     return out
+
+
+def _layout_message(model: ModelSpec, row: dict) -> str:
+    one = PlanTable(**{k: np.asarray([v]) for k, v in row.items()})
+    found = layout_groups(one, model.num_layers, model.mtp_num_layers)[0][1]
+    return found if isinstance(found, str) else "layout is legal"
 
 
 def _microbatches(training: TrainingSpec, tab: PlanTable) -> np.ndarray:
@@ -73,18 +69,16 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"ep*etp={r['ep'] * r['etp']} must divide dp*cp*tp={r['dp'] * r['cp'] * r['tp']} (experts borrow data-parallel ranks)"),
     Rule("plan.etp", "etp", lambda m, c, tr, t: m.is_moe & ((m.moe_ffn_hidden_size or 1) % t.etp != 0),
          lambda m, tr, r: f"must divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}"),
-    Rule("plan.pp", "pp", lambda m, c, tr, t: t.pp > m.num_layers,
-         lambda m, tr, r: f"more stages than num_layers={m.num_layers}"),
-    Rule("plan.vpp", "vpp", lambda m, c, tr, t: _vpp_breaks_layout(m, t),
-         lambda m, tr, r: "must divide the layers of every pipeline stage"),
+    Rule("plan.pp", "pp", lambda m, c, tr, t: t.pp * t.vpp > m.num_layers + 2 + m.mtp_num_layers,
+         lambda m, tr, r: f"pp*vpp={r['pp'] * r['vpp']} virtual stages exceed num_layers={m.num_layers} + embedding + loss"),
+    Rule("plan.layout", "pp", lambda m, c, tr, t: _layout_broken(m, t),
+         lambda m, tr, r: _layout_message(m, r)),
     Rule("plan.mbs", "mbs", lambda m, c, tr, t: tr.global_batch_size % (t.dp * t.mbs) != 0,
          lambda m, tr, r: f"global_batch_size={tr.global_batch_size} must divide by dp({r['dp']}) * mbs({r['mbs']})"),
     Rule("plan.vpp", "vpp", lambda m, c, tr, t: (t.schedule == INTERLEAVED) & ((_microbatches(tr, t) % t.pp != 0) | (_microbatches(tr, t) < t.pp)),
          lambda m, tr, r: f"interleaved schedule needs micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) % pp({r['pp']}) == 0 and >= pp"),
     Rule("plan.schedule", "schedule", lambda m, c, tr, t: (t.schedule == ZERO_BUBBLE) & (_microbatches(tr, t) < 2 * t.pp),
          lambda m, tr, r: f"zero-bubble (ZB-H2) fills the bubble only with micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) >= 2 * pp({r['pp']})"),
-    Rule("plan.zero", "zero", lambda m, c, tr, t: (t.zero >= 2) & (t.pp > 1),
-         lambda m, tr, r: "ZeRO-2/3 with pp > 1 is not offered by the frameworks (DeepSpeed rejects it)"),
     Rule("plan.zero_shard_size", "shard", lambda m, c, tr, t: (t.shard > 0) & ((t.dp * t.cp) % np.maximum(t.shard, 1) != 0),
          lambda m, tr, r: f"must divide dp*cp={r['dp'] * r['cp']}"),
     Rule("plan.recompute_num_layers", "recompute_layers", lambda m, c, tr, t: (t.recompute_layers > 0) & (t.recompute != 2),

@@ -19,7 +19,9 @@ from autopar.cost.flops import activation_message_bytes, embedding_params, layer
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE, pipeline_seconds
-from autopar.specs.plan import stage_layout
+from autopar.cost.table import NONE, interned, layout_groups
+from autopar.errors import InputError
+from autopar.specs.layout import PipelineLayout
 
 MICROBATCH_PARTS = ("compute_gemm", "compute_attention", "compute_elementwise", "recompute",
                     "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm")
@@ -59,48 +61,46 @@ def _layer_kinds(batch: Batch) -> list[int]:
     return [i for i in (dense, moe) if i is not None]
 
 
-def _stage_kind_counts(batch: Batch, layout: list[int], kinds: list[int]) -> np.ndarray:
-    """(kinds x stages) layer counts for one pipeline layout."""
-    counts = np.zeros((len(kinds), len(layout)))
-    start = 0
+def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -> np.ndarray:
+    """(kinds x ranks) layer counts of a pipeline layout; an MTP module counts as one more
+    layer of the last layer's kind (its transformer block; its output layer is added apart)."""
+    m = batch.model
+    counts = np.zeros((len(kinds), layout.pp))
     moe_slot = len(kinds) - 1  # kinds are [dense, moe], [dense] or [moe]
-    for s, n in enumerate(layout):
-        for i in range(start, start + n):
-            counts[moe_slot if batch.model.is_moe_layer(i) else 0, s] += 1
-        start += n
+    for r, indices in enumerate(layout.rank_layer_indices()):
+        for i in indices:
+            counts[moe_slot if m.is_moe_layer(i) else 0, r] += 1
+    counts[moe_slot if m.is_moe_layer(m.num_layers - 1) else 0] += np.asarray(layout.rank_mtp(), dtype=float)
     return counts
 
 
 def evaluate(batch: Batch) -> StepResult:
-    """Cost every plan of the batch."""
+    """Cost every plan of the batch (plans whose layout breaks a rule must be filtered first:
+    autopar.cost.rules)."""
     t = batch.tab
     kinds = _layer_kinds(batch)
     per_kind = [layer_parts(batch, i) for i in kinds]
-    keys = np.stack([t.pp, t.first, t.last], axis=1)
-    layouts, group_of = np.unique(keys, axis=0, return_inverse=True)
-    group_of = group_of.ravel()
     n = len(t)
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
                      np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)))
-    for g, (pp, first, last) in enumerate(layouts.tolist()):
-        rows = np.flatnonzero(group_of == g)
-        layout = stage_layout(batch.model.num_layers, pp, None if first < 0 else first, None if last < 0 else last)
+    for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
+        if isinstance(layout, str):
+            raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
         sub = Batch(batch.model, batch.cluster, batch.training, batch.params, t.take(rows))
         _evaluate_layout(sub, layout, kinds, [{k: v[rows] for k, v in pk.items()} for pk in per_kind], out, rows)
     return out
 
 
-def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, out: StepResult, rows: np.ndarray) -> None:
+def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kind, out: StepResult, rows: np.ndarray) -> None:
     t, m, tr, prm = b.tab, b.model, b.training, b.params
-    P = len(layout)
+    P = layout.pp
     counts = _stage_kind_counts(b, layout, kinds)  # kinds x P
     n_layers = counts.sum(axis=0)  # P
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731  per-plan column
 
-    # recomputed layers per stage (first k of each stage; kinds in proportion)
-    k_rec = np.where(col(t.recompute) == FULL, np.where(col(t.recompute_layers) > 0, np.minimum(n_layers, col(t.recompute_layers)), n_layers), 0.0)
+    k_rec = _recomputed_layers(t, n_layers)
     share = k_rec / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
              ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops", "fwd_flops", "attn_fwd", "attn_flops")}
@@ -109,11 +109,11 @@ def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, ou
     flops = parts["flops"] + share * parts["fwd_flops"] + np.where(selective_unfused, parts["attn_flops"], 0.0)
     fwd, bwd = parts["fwd"], parts["bwd"]
 
-    # logits on the last stage
+    # output layers: the logits on the last stage, and each MTP module's own
     g = logits_gemm(m, b.tokens, t.tp)
     t_logits = gemm_time(b, g.m, g.n, g.k, tr.precision.gemm_dtype)
-    last = np.zeros(P)
-    last[-1] = 1.0
+    last = np.asarray(layout.rank_mtp(), dtype=float)
+    last[-1] += 1.0
     parts["compute_gemm"] = parts["compute_gemm"] + last * col((2 + b.wgrad) * t_logits)
     parts["compute_elementwise"] = parts["compute_elementwise"] + last * col(3 * b.hbm_seconds(12 * b.tokens * m.vocab_size / t.tp))
     flops = flops + last * col((2 + b.wgrad) * g.flops)
@@ -146,7 +146,9 @@ def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, ou
     pick = lambda x: np.take_along_axis(np.broadcast_to(x, stage_seconds.shape), crit[:, None], axis=1)[:, 0]  # noqa: E731
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
-    time["dp_comm"] = _dp_exposed(b, dense, routed, fwd, bwd).max(axis=1)
+    # stages with the same layers, embedding and output layers reduce the same gradients
+    _, same = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True)
+    time["dp_comm"] = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same]).max(axis=1)
     trained = 0.0 if tr.frozen_weights else 1.0
     shard_d = np.where(col(t.zero) >= 1, col(b.zero_shard), 1)
     shard_r = np.where(col(t.zero) >= 1, col(b.expert_dp), 1)
@@ -173,8 +175,20 @@ def _evaluate_layout(b: Batch, layout: list[int], kinds: list[int], per_kind, ou
     out.memory_fixed_stage[np.ix_(rows, np.arange(P))] = fixed
     out.memory_per_microbatch_stage[np.ix_(rows, np.arange(P))] = per_mb
     out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * flops.sum(axis=1)
+    ranks = layout.rank_decoders()
     for r in rows:
-        out.stage_layers[r] = layout
+        out.stage_layers[r] = ranks
+
+
+def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
+    """Fully recomputed layers per plan x stage: the plan's per-stage counts, or
+    recompute_num_layers on every stage, or all layers (capped by the stage's layers)."""
+    col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
+    k = np.where(col(t.recompute_layers) > 0, np.minimum(n_layers, col(t.recompute_layers)), n_layers)
+    for code in np.unique(t.rc_stages[t.rc_stages != NONE]).tolist():
+        per_stage = np.asarray(interned(code), dtype=float)
+        k = np.where(col(t.rc_stages == code), np.minimum(n_layers, per_stage[: len(n_layers)]), k)
+    return np.where(col(t.recompute) == FULL, k, 0.0)
 
 
 def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, compute) -> np.ndarray:
@@ -215,7 +229,7 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
     micro-batch's activations, both before fragmentation."""
     t, tr, mem, m = b.tab, b.training, b.params.memory, b.model
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
-    P = len(layout)
+    P = layout.pp
     zero = col(t.zero)
     shard_d, shard_r = col(b.zero_shard), col(b.expert_dp)
 
@@ -250,23 +264,3 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
     out["fragmentation"] = allocated * mem.fragmentation
     out["framework_reserve"] = np.full_like(allocated, mem.reserve_bytes)
     return out, fixed, np.broadcast_to(per_mb, allocated.shape)
-
-
-def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray, pp: np.ndarray,
-                  vpp: np.ndarray, schedule: np.ndarray, params) -> tuple[np.ndarray, np.ndarray]:
-    """(step seconds, peak memory bytes) of plans that differ from the costed `rows` only in
-    vpp and schedule: the pipeline fill and the in-flight activations are the only terms
-    those change (the solvers compose them instead of re-costing)."""
-    m = microbatches.astype(float)
-    t_max, rest = result.stage_max_seconds[rows], result.stage_rest_seconds[rows]
-    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / vpp, rest))
-    fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
-    step = m * t_max + fill + fixed_parts
-    p_max = result.memory_fixed_stage.shape[1]
-    stage = np.arange(p_max)[None, :]
-    col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
-    held = in_flight_microbatches(stage, col(pp), col(m), col(vpp), col(schedule))
-    mem = params.memory
-    per_stage = (result.memory_fixed_stage[rows] + result.memory_per_microbatch_stage[rows] * held) * (1 + mem.fragmentation) + mem.reserve_bytes
-    per_stage = np.where(stage < col(pp), per_stage, -np.inf)
-    return step, per_stage.max(axis=1)

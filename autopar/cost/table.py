@@ -8,13 +8,37 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
+from autopar.errors import InputError
+from autopar.specs.layout import PipelineLayout, check_layout
+from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, Schedule, resolve_layout
 
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
 CP_ALGO = list(CpAlgo)
 ORDER = list(RankOrder)
+GRAD_SYNC = list(GradSync)
+DISPATCHER = list(Dispatcher)
 NONE = -1  # sentinel for optional integer columns
+
+_INTERNED: list[object] = []  # layout strings and per-stage tuples, coded as integers in columns
+_CODES: dict[object, int] = {}
+
+
+def intern(value: object) -> int:
+    """An integer code for a hashable value (a layout string, a per-stage tuple), NONE for None.
+    Codes live for the process; they are never written out."""
+    if value is None:
+        return NONE
+    code = _CODES.get(value)
+    if code is None:
+        code = _CODES[value] = len(_INTERNED)
+        _INTERNED.append(value)
+    return code
+
+
+def interned(code: int) -> object:
+    """The value of an interned code (None for NONE)."""
+    return None if code == NONE else _INTERNED[int(code)]
 
 
 @dataclass
@@ -41,6 +65,12 @@ class PlanTable:
     order: np.ndarray
     first: np.ndarray
     last: np.ndarray
+    layout: np.ndarray  # interned layout string or NONE (balanced / first-last)
+    rc_stages: np.ndarray  # interned per-stage recompute counts or NONE
+    reshard: np.ndarray  # 1: ZeRO-3 gathers weights again for backward
+    grad_sync: np.ndarray  # index into GRAD_SYNC
+    dispatcher: np.ndarray  # index into DISPATCHER
+    ep_overlap: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -60,6 +90,9 @@ class PlanTable:
             "schedule": [SCHEDULE.index(p.pipeline_schedule) for p in plans],
             "cp_algo": [CP_ALGO.index(p.cp_algo) for p in plans], "order": [ORDER.index(p.order) for p in plans],
             "first": [none(p.first_stage_layers) for p in plans], "last": [none(p.last_stage_layers) for p in plans],
+            "layout": [intern(p.layout) for p in plans], "rc_stages": [intern(p.stage_recompute_layers) for p in plans],
+            "reshard": [int(p.reshard_after_forward) for p in plans], "grad_sync": [GRAD_SYNC.index(p.gradient_sync) for p in plans],
+            "dispatcher": [DISPATCHER.index(p.dispatcher) for p in plans], "ep_overlap": [int(p.ep_overlap) for p in plans],
         }
         return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
 
@@ -74,6 +107,10 @@ class PlanTable:
             tp_overlap=bool(self.tp_overlap[i]) if self.sp[i] else None, schedule=SCHEDULE[self.schedule[i]],
             cp_algo=CP_ALGO[self.cp_algo[i]], order=ORDER[self.order[i]],
             first_stage_layers=opt(self.first[i]), last_stage_layers=opt(self.last[i]),
+            layout=interned(self.layout[i]), stage_recompute_layers=interned(self.rc_stages[i]),
+            reshard=bool(self.reshard[i]) if self.zero[i] == 3 else None,
+            grad_sync=GRAD_SYNC[self.grad_sync[i]] if self.zero[i] >= 2 else None,
+            dispatcher=DISPATCHER[self.dispatcher[i]], ep_overlap=bool(self.ep_overlap[i]),
         )
 
     def take(self, index: np.ndarray) -> "PlanTable":
@@ -81,6 +118,44 @@ class PlanTable:
 
     def columns(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def layout_groups(tab: PlanTable, num_layers: int, mtp_layers: int) -> list[tuple[np.ndarray, "PipelineLayout | str"]]:
+    """Rows of the table grouped by pipeline layout: (rows, layout), or (rows, the rule the
+    layout breaks) when the plan fields describe no legal layout for the model."""
+    cols = (tab.pp, tab.vpp, tab.first, tab.last, tab.layout)
+    firsts, group_of = row_groups(*cols)
+    order = np.argsort(group_of, kind="stable")
+    bounds = np.searchsorted(group_of[order], np.arange(len(firsts) + 1))
+    out = []
+    for g, r in enumerate(firsts.tolist()):
+        pp, vpp, first, last, code = (int(c[r]) for c in cols)
+        rows = order[bounds[g]:bounds[g + 1]]
+        try:
+            layout = resolve_layout(num_layers, pp, vpp, None if first == NONE else first, None if last == NONE else last,
+                                    interned(code), mtp_layers)
+            broken = check_layout(layout, num_layers, mtp_layers)
+        except InputError as exc:
+            broken = exc.rule
+        out.append((rows, broken or layout))
+    return out
+
+
+def row_groups(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first row of each distinct row, group of every row) over equal-length
+    columns. One integer key per row from per-column codes: 1-D uniques sort fast, row-wise
+    (axis=0) uniques do not."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1
+    for a in columns:
+        values, codes = np.unique(np.asarray(a).ravel(), return_inverse=True)
+        if span * len(values) >= 2**62:  # re-code before the mixed-radix key could overflow
+            key = np.unique(key, return_inverse=True)[1].ravel().astype(np.int64)
+            span = int(key.max()) + 1
+        key = key * len(values) + codes.ravel()
+        span *= len(values)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def vmap(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
@@ -92,17 +167,7 @@ def vmap(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
     """
     arrays = np.broadcast_arrays(*[np.asarray(c, dtype=np.float64) for c in columns])
     shape = arrays[0].shape
-    # one integer key per row from per-column codes (1-D uniques sort fast; row-wise don't)
-    key = np.zeros(arrays[0].size, dtype=np.int64)
-    span = 1
-    for a in arrays:
-        values, codes = np.unique(a.ravel(), return_inverse=True)
-        if span * len(values) >= 2**62:  # re-code before the mixed-radix key could overflow
-            key = np.unique(key, return_inverse=True)[1].ravel().astype(np.int64)
-            span = int(key.max()) + 1
-        key = key * len(values) + codes.ravel()
-        span *= len(values)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    first, inverse = row_groups(*[a.ravel() for a in arrays])
     rows = [[float(a.flat[i]) for a in arrays] for i in first.tolist()]
     values = np.fromiter((fn(*row) for row in rows), dtype=np.float64, count=len(rows))
-    return values[inverse.ravel()].reshape(shape)
+    return values[inverse].reshape(shape)

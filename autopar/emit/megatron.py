@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shlex
 
+from autopar.errors import InputError
+from autopar.specs.layout import megatron_layout
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.model import ModelSpec
@@ -66,14 +68,19 @@ def stage_layout_string(stages: list[int], vpp: int) -> str:
 
 
 def _layout_flags(job: EmitJob) -> list[Group]:
-    plan, layers = job.plan, job.model.num_layers
-    stages = plan.layers_per_stage(layers)
+    """First/last stage flags and --num-virtual-stages-per-pipeline-rank when they build the
+    plan's layout; otherwise the layout string itself."""
+    plan, model = job.plan, job.model
+    layout = plan.pipeline_layout(model.num_layers, model.mtp_num_layers)
+    stages = layout.rank_decoders()
     try:
         ends = uneven_first_last(stages)
-    except ValueError:
-        return [["--pipeline-model-parallel-layout", stage_layout_string(stages, plan.vpp)]]
-    if ends is not None and (ends[0] % plan.vpp or ends[1] % plan.vpp or stages[1 % len(stages)] % plan.vpp):
-        return [["--pipeline-model-parallel-layout", stage_layout_string(stages, plan.vpp)]]
+        flags = megatron_layout(model.num_layers, plan.pp, plan.vpp, *(ends or (None, None)), mtp_layers=model.mtp_num_layers)
+    except (ValueError, InputError):
+        flags = None
+    if flags != layout or (ends is not None and (ends[0] % plan.vpp or ends[1] % plan.vpp or stages[1 % len(stages)] % plan.vpp)) \
+            or (ends is None and plan.pp > 1 and stages[0] % plan.vpp):
+        return [["--pipeline-model-parallel-layout", layout.text()]]
     out: list[Group] = []
     if plan.vpp > 1:
         out.append(["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)])

@@ -38,6 +38,31 @@ class AttentionParams(_Strict):
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
 
 
+class NcclParams(_Strict):
+    """NCCL's own tuning model (src/graph/tuning.cc, NVIDIA/nccl @5067397): per algorithm and
+    protocol base and hardware latencies, protocol bandwidth factors and caps, the tree
+    correction by size. Lists are [LL, LL128, Simple]; latencies in microseconds."""
+
+    base_latency_us: dict[str, list[float]] = Field(description="Algorithm -> fixed latency per protocol, us")
+    hw_latency_us: dict[str, dict[str, list[float]]] = Field(description="Link (nvlink | pcie | net) -> algorithm -> latency per step per protocol, us")
+    ll_max_busbw_gb_per_s_one_node: dict[str, float] = Field(description="Architecture -> LL protocol bus-bandwidth cap inside one node, GB/s")
+    ll_max_busbw_gb_per_s_multi_node: list[float] = Field(min_length=2, max_length=2, description="LL cap on 2 nodes and on more (Intel hosts), GB/s")
+    ring_ll_factor: float = Field(gt=0, le=1, description="Ring LL bus bandwidth / Simple (half the line carries flags)")
+    ring_ll128_factor: float = Field(gt=0, le=1, description="Ring LL128 bus bandwidth / Simple (120 of 128 bytes carry data)")
+    tree_ll_factor: float = Field(gt=0, le=1, description="Tree LL bus bandwidth / Simple")
+    tree_ll128_factor_one_node: float = Field(gt=0, le=1, description="Tree LL128 / Simple inside one node")
+    tree_ll128_factor_multi_node: float = Field(gt=0, le=1, description="Tree LL128 / Simple across nodes")
+    pat_factor: float = Field(gt=0, le=1, description="PAT bus bandwidth / ring")
+    collnet_hopper_factor: float = Field(gt=0, le=1, description="CollNet Direct bandwidth factor on Hopper and later")
+    tree_correction: dict[str, list[float]] = Field(description="Protocol -> tree AllReduce bandwidth factor per power of two of size / 64 B (64 B .. 512 MB)")
+    ring_plateau_factor: float = Field(ge=1, description="Multi-node ring Simple AllReduce latency factor once size / (channels x ranks) >= 64 B (Ampere+)")
+    net_overhead_us: float = Field(ge=0, description="Network post overhead per ring step across nodes (x3 for Simple), us")
+    pat_linear_us_per_rank: float = Field(ge=0, description="PAT latency per rank, us")
+    pat_log_latency_divisor: float = Field(gt=0, description="PAT: network latency per log2(nodes) step divided by this")
+    collnet_arity_us: float = Field(ge=0, description="CollNet Direct serialization latency per extra rank in a node, us")
+    channels: int = Field(gt=0, description="Channels of a communicator (ring plateau threshold)")
+
+
 class CommParams(_Strict):
     nvlink_efficiency: float = Field(gt=0, le=1, description="Achieved / peak NVLink bus bandwidth at large messages")
     pcie_efficiency: float = Field(gt=0, le=1, description="Achieved / peak PCIe bandwidth")
@@ -45,6 +70,12 @@ class CommParams(_Strict):
     half_bandwidth_bytes: float = Field(gt=0, description="Collective message size at which achieved bus bandwidth is half its large-message value")
     p2p_half_bandwidth_bytes: float = Field(gt=0, description="Point-to-point message size at which achieved bandwidth is half its large-message value")
     sharp_speedup: float = Field(ge=1, description="AllReduce bus-bandwidth gain with (NVLink or IB) SHARP")
+    saturation_exponent: float = Field(1.0, gt=0, description="Ring-like algorithms (ring, tree, PAT): Simple transfer time x (1 + (half_bandwidth_bytes / size)^exponent)")
+    switch_half_bandwidth_bytes: float = Field(gt=0, description="In-switch algorithms (NVLS, NVLS-tree, CollNet): size where the Simple transfer time doubles, bytes")
+    switch_saturation_exponent: float = Field(gt=0, description="In-switch algorithms: saturation exponent")
+    tree_efficiency: float = Field(gt=0, le=1, description="Tree AllReduce bus bandwidth / the links' (NCCL tuning model)")
+    nvls_min_ranks: int = Field(gt=0, description="Smallest group in a node NCCL runs NVLS on")
+    nccl: NcclParams = Field(description="NCCL's tuning-model constants (algorithm and protocol choice)")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of the last micro-batch's backward that can hide DP gradient reduction")
     zero3_overlap: float = Field(ge=0, le=1, description="Fraction of compute that can hide ZeRO-3 per-layer gathers")
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs when the plan overlaps them (tp_overlap)")
@@ -83,33 +114,27 @@ def load_cost_params(path: str | None = None) -> CostParams:
 # ---- calibration profiles (calibration/fitted/*.yaml; written by `autopar calibrate`) ------------
 
 
-class CollectiveCurve(_Strict):
-    """Fitted time of one collective on one tier (calibration/nccl_fit.py):
-    t(S) = latency_us_per_step x steps(n) + S x f(n) / B x (1 + (half / S)^exponent),
-    S message bytes (nccl-tests 'size'), f the bus-bandwidth factor, B = busbw_gb_per_s."""
-
-    busbw_gb_per_s: float = Field(gt=0, description="Large-message bus bandwidth B, GB/s; network tier: with gpus_per_node group members per node")
-    half_bandwidth_bytes: float = Field(gt=0, description="Message size at which the achieved bus bandwidth is B / 2, bytes")
-    exponent: float = Field(gt=0, description="Sharpness of the saturation (1 = the default alpha-beta curve; NCCL logs fit ~0.5-0.7)")
-    latency_us_per_step: float | None = Field(None, ge=0, description="Latency per ring step, microseconds; null when the logs did not measure small messages (the cluster's tier latency is used)")
-    gpus_per_node: int = Field(1, gt=0, description="Group members per node in the measurement; a network group with k per node gets B x k / gpus_per_node")
-    sharp: bool = Field(False, description="Measured with in-switch reduction (NVLink SHARP / IB SHARP): busbw above the link rate")
-    num_ranks: int | None = Field(None, gt=0, description="Ranks of the measured group")
-    sources: list[str] = Field(default_factory=list, description="Logs the curve was fitted to")
-    derived_from: str | None = Field(None, description="When no log measured this collective: the curve it was derived from and how")
-    median_error: float | None = Field(None, ge=0, description="Median |predicted / measured - 1| over the sources' sizes >= 1 MiB")
-    max_error: float | None = Field(None, ge=0, description="Largest |predicted / measured - 1| over every size of the sources")
-
-
 class CommCalibration(_Strict):
-    """Fitted collective curves by tier and collective (keys: all_reduce, all_gather,
-    reduce_scatter, alltoall, sendrecv for ring / pairwise algorithms, all_reduce_sharp for
-    in-switch reduction); a missing entry falls back to the default model."""
+    """Physical parameters of the collective model (autopar/cost/nccl.py) fitted from nccl-tests
+    logs (calibration/nccl_physfit.py); a null field keeps the default (cluster file and
+    profiles/cost/defaults.yaml)."""
 
-    intra_node: dict[str, CollectiveCurve] = Field(default_factory=dict, description="Curves of groups inside one node (NVLink / PCIe)")
-    network: dict[str, CollectiveCurve] = Field(default_factory=dict, description="Curves of groups spanning nodes (NICs)")
-    sharp_speedup: float | None = Field(None, ge=1, description="AllReduce busbw with in-switch reduction over ring; null: the default coefficient")
-    nvls_min_ranks: int = Field(5, gt=0, description="Smallest group NCCL runs NVLS AllReduce on (8x H200 sweep: ring at 4 GPUs, NVLS from 5)")
+    intra_busbw_gb_per_s: float | None = Field(None, gt=0, description="Ring (Simple) bus bandwidth inside one node at large sizes, GB/s")
+    nvls_speedup: float | None = Field(None, ge=1, description="NVLS AllReduce bus bandwidth over ring inside a node")
+    network_efficiency: float | None = Field(None, gt=0, le=1.25, description="Achieved / peak NIC bandwidth of multi-node ring-like algorithms")
+    tree_efficiency: float | None = Field(None, gt=0, le=1, description="Tree AllReduce bus bandwidth / the links'")
+    collnet_speedup: float | None = Field(None, ge=1, description="IB SHARP (CollNet) AllReduce network gain over ring")
+    intra_latency_scale: float | None = Field(None, gt=0, description="Factor on NCCL's NVLink/PCIe latencies")
+    net_latency_scale: float | None = Field(None, gt=0, description="Factor on NCCL's network latencies")
+    ring_half_bandwidth_bytes: float | None = Field(None, gt=0, description="Ring, tree, PAT: size where the Simple transfer time doubles, bytes")
+    ring_saturation_exponent: float | None = Field(None, gt=0, description="Ring, tree, PAT: saturation exponent")
+    switch_half_bandwidth_bytes: float | None = Field(None, gt=0, description="NVLS, NVLS-tree, CollNet: size where the Simple transfer time doubles, bytes")
+    switch_saturation_exponent: float | None = Field(None, gt=0, description="NVLS, NVLS-tree, CollNet: saturation exponent")
+    not_identified: dict[str, str] = Field(default_factory=dict, description="Parameter -> why the logs could not tell it (default kept)")
+    num_observations: int = Field(0, ge=0, description="Printed times fitted")
+    median_error: float | None = Field(None, ge=0, description="Median |predicted / measured - 1| over the fitted times of sizes >= 1 MiB")
+    max_error: float | None = Field(None, ge=0, description="Largest |predicted / measured - 1| over the fitted times of sizes >= 1 MiB")
+    sources: list[str] = Field(default_factory=list, description="Logs fitted (with forced algorithm/protocol when given)")
 
 
 class GemmCalibration(_Strict):

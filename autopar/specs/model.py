@@ -53,6 +53,8 @@ class ModelSpec(BaseModel):
     moe_first_k_dense_layers: int = Field(0, ge=0, description="Leading layers with a dense MLP")
     moe_layer_freq: int = Field(1, gt=0, description="Every n-th layer (after the dense prefix) is MoE")
     mla: MlaSpec | None = Field(None, description="Multi-head latent attention; null = standard (GQA) attention")
+    mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
+                                "transformer layer of the last layer's kind with its own output layer")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

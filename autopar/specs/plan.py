@@ -4,12 +4,14 @@ tp=8,pp=16,dp=128,cp=1,ep=1,etp=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,s
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError
+from autopar.specs.layout import PipelineLayout, balanced_layout, first_last_layout, parse_layout
 
 
 class Recompute(str, Enum):
@@ -56,12 +58,37 @@ class RankOrder(str, Enum):
     """PP groups nearer than DP groups (Megatron --use-tp-pp-dp-mapping)."""
 
 
+class GradSync(str, Enum):
+    """When sharded gradients are reduced (ZeRO-2/3, FSDP)."""
+
+    microbatch = "microbatch"
+    """Reduce-scatter after every micro-batch's backward; gradients stay sharded (DeepSpeed
+    ZeRO-2/3, FSDP2 without pipeline parallelism)."""
+    step = "step"
+    """Accumulate unsharded gradients over the micro-batches, reduce once per step (Megatron
+    DDP and distributed optimizer; FSDP2 under torch.distributed.pipelining)."""
+
+
+class Dispatcher(str, Enum):
+    """MoE token dispatcher (Megatron --moe-token-dispatcher-type)."""
+
+    alltoall = "alltoall"
+    """AllToAll of the routed tokens to the experts' EP ranks and back."""
+    allgather = "allgather"
+    """AllGather of every token to every EP rank, ReduceScatter of the outputs."""
+    deepep = "deepep"
+    """DeepEP (Megatron 'flex'): node-deduplicated AllToAll, each token crosses the network once per
+    destination node and is forwarded over NVLink (DeepSeek-V3 report section 3.2.2)."""
+
+
 _ALIASES = {
     "first": "first_stage_layers",
     "last": "last_stage_layers",
     "recompute_layers": "recompute_num_layers",
     "shard": "zero_shard_size",
+    "recompute_stages": "stage_recompute_layers",
 }
+_BOOL_KEYS = ("sp", "tp_overlap", "reshard", "ep_overlap")
 _BOOL = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
@@ -89,6 +116,28 @@ class Plan(BaseModel):
     order: RankOrder = Field(RankOrder.tp_cp_ep_dp_pp, description="Rank order, fastest-varying first")
     first_stage_layers: int | None = Field(None, ge=0, description="Layers on the first stage (Megatron --decoder-first-pipeline-num-layers)")
     last_stage_layers: int | None = Field(None, ge=0, description="Layers on the last stage (--decoder-last-pipeline-num-layers)")
+    layout: str | None = Field(None, description="Layers of every virtual pipeline stage, Megatron --pipeline-model-parallel-layout form "
+                               "(E embedding, t decoder, m MTP, L loss, | between stages; pp*vpp stages); sets vpp; null = balanced")
+    stage_recompute_layers: tuple[int, ...] | None = Field(None, description="With full recompute: recomputed layers of each pipeline stage (one count per stage); null = recompute_num_layers on every stage")
+    reshard: bool | None = Field(None, description="ZeRO-3/FSDP: free gathered weights after forward and gather them again for backward "
+                                 "(FSDP2 reshard_after_forward); null = on without pipeline parallelism, off with it (torchtitan)")
+    grad_sync: GradSync | None = Field(None, description="ZeRO-2/3: reduce-scatter gradients every micro-batch or once per step; "
+                                       "null = microbatch without pipeline parallelism, step with it")
+    dispatcher: Dispatcher = Field(Dispatcher.alltoall, description="MoE token dispatcher: alltoall | allgather | deepep")
+    ep_overlap: bool = Field(False, description="Overlap the EP AllToAll of one micro-batch with another's compute "
+                             "(Megatron --overlap-moe-expert-parallel-comm, DualPipe)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vpp_from_layout(cls, data: Any) -> Any:
+        """A layout string fixes vpp = stages / pp (Megatron derives it the same way)."""
+        if isinstance(data, dict) and data.get("layout"):
+            pp = int(data.get("pp") or 1)
+            layout = parse_layout(str(data["layout"]), pp)
+            if data.get("vpp") not in (None, layout.vpp) and int(data["vpp"]) != layout.vpp:
+                raise ValueError(f"layout has {layout.num_virtual_stages} stages = pp({pp}) x vpp({layout.vpp}), but vpp={data['vpp']}")
+            data = {**data, "vpp": layout.vpp, "layout": layout.text()}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "Plan":
@@ -102,6 +151,17 @@ class Plan(BaseModel):
             raise ValueError("sp=on needs tp > 1 (Megatron turns it off at tp=1)")
         if self.tp_overlap and not self.sequence_parallel:
             raise ValueError("tp_overlap=on needs sequence parallel (Megatron: --tp-comm-overlap requires --sequence-parallel)")
+        if self.layout and (self.first_stage_layers is not None or self.last_stage_layers is not None):
+            raise ValueError("layout and first/last stage layers are two ways to say the same thing: give one")
+        if self.stage_recompute_layers is not None:
+            if len(self.stage_recompute_layers) != self.pp or min(self.stage_recompute_layers) < 0:
+                raise ValueError(f"stage_recompute_layers needs pp={self.pp} counts >= 0, got {len(self.stage_recompute_layers)}")
+            if self.recompute != Recompute.full or self.recompute_num_layers is not None:
+                raise ValueError("stage_recompute_layers needs recompute=full and no recompute_num_layers")
+        if self.reshard is not None and self.zero != 3:
+            raise ValueError(f"reshard applies to zero=3 (FSDP), got zero={self.zero}")
+        if self.grad_sync == GradSync.microbatch and self.zero < 2:
+            raise ValueError(f"grad_sync=microbatch needs sharded gradients (zero >= 2), got zero={self.zero}")
         return self
 
     # ---- resolved values -------------------------------------------------------------
@@ -123,6 +183,16 @@ class Plan(BaseModel):
             return self.schedule
         return Schedule.interleaved if self.vpp > 1 else Schedule.one_f_one_b
 
+    @property
+    def reshard_after_forward(self) -> bool:
+        return self.pp == 1 if self.reshard is None else self.reshard
+
+    @property
+    def gradient_sync(self) -> GradSync:
+        if self.grad_sync is not None:
+            return self.grad_sync
+        return GradSync.microbatch if self.zero >= 2 and self.pp == 1 else GradSync.step
+
     def data_parallel(self, num_gpus: int) -> int:
         """dp, derived from the GPU count when not given; checks the product."""
         model_parallel = self.tp * self.cp * self.pp
@@ -133,15 +203,14 @@ class Plan(BaseModel):
             raise InputError("plan", self.text(), f"tp({self.tp}) * cp({self.cp}) * pp({self.pp}) * dp({self.dp}) = {model_parallel * self.dp} != GPUs({num_gpus})")
         return dp
 
-    def layers_per_stage(self, num_layers: int) -> list[int]:
-        """Decoder layers on each pipeline stage.
+    def pipeline_layout(self, num_layers: int, mtp_layers: int = 0) -> PipelineLayout:
+        """Layers of every virtual stage: the explicit layout; or first/last counts with the rest
+        split evenly over the middle stages; or the balanced split (autopar.specs.layout)."""
+        return resolve_layout(num_layers, self.pp, self.vpp, self.first_stage_layers, self.last_stage_layers, self.layout, mtp_layers)
 
-        Explicit first/last counts split the rest evenly over the middle stages. Otherwise an
-        even split when pp divides L; else the balanced uneven split that counts embedding and
-        logits as one layer each on the end stages (LLaMA-3 405B: 126 layers on 16 stages ran
-        7 + 14 x 8 + 7), remaining layers spread one each from the middle outwards.
-        """
-        return stage_layout(num_layers, self.pp, self.first_stage_layers, self.last_stage_layers)
+    def layers_per_stage(self, num_layers: int, mtp_layers: int = 0) -> list[int]:
+        """Decoder layers on each pipeline rank (all its virtual stages)."""
+        return self.pipeline_layout(num_layers, mtp_layers).rank_decoders()
 
     def text(self) -> str:
         """The canonical text form (non-default and structural keys)."""
@@ -160,61 +229,56 @@ class Plan(BaseModel):
             parts.append(f"cp_algo={self.cp_algo.value}")
         if self.order != RankOrder.tp_cp_ep_dp_pp:
             parts.append(f"order={self.order.value}")
-        for key in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "zero_shard_size"):
+        for key in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "zero_shard_size", "layout"):
             value = getattr(self, key)
             if value is not None:
                 parts.append(f"{key}={value}")
+        if self.stage_recompute_layers is not None:
+            parts.append("stage_recompute_layers=" + "/".join(str(n) for n in self.stage_recompute_layers))
+        if self.reshard is not None:
+            parts.append(f"reshard={'on' if self.reshard else 'off'}")
+        if self.grad_sync is not None:
+            parts.append(f"grad_sync={self.grad_sync.value}")
+        if self.dispatcher != Dispatcher.alltoall:
+            parts.append(f"dispatcher={self.dispatcher.value}")
+        if self.ep_overlap:
+            parts.append("ep_overlap=on")
         return ",".join(parts)
 
 
-def stage_layout(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
-    """Decoder layers per pipeline stage (see Plan.layers_per_stage)."""
-    if pp == 1:
-        return [num_layers]
+def resolve_layout(num_layers: int, pp: int, vpp: int = 1, first: int | None = None, last: int | None = None,
+                   layout: str | None = None, mtp_layers: int = 0) -> PipelineLayout:
+    """The pipeline layout a plan's fields describe (see Plan.pipeline_layout)."""
+    if pp > num_layers + 2 + mtp_layers:
+        raise InputError("plan.pp", pp, f"more pipeline stages than num_layers={num_layers} (+ embedding and loss)")
+    if layout:
+        return parse_layout(layout, pp)
     if first is not None or last is not None:
-        return _explicit_layout(num_layers, pp, first, last)
-    if num_layers % pp == 0:
-        return [num_layers // pp] * pp
-    if num_layers < pp:
-        raise InputError("plan.pp", pp, f"more pipeline stages than layers ({num_layers})")
-    total = num_layers + 2  # embedding + logits weigh about one layer each
-    base, extra = divmod(total, pp)
-    order = _middle_out(pp)
-    stages = [0] * pp
-    for rank, slot in enumerate(order):
-        stages[slot] = base + (1 if rank < extra else 0)
-    stages[0] -= 1
-    stages[-1] -= 1
-    if min(stages) <= 0:
-        raise InputError("plan.pp", pp, f"cannot split {num_layers} layers over {pp} stages")
-    return stages
+        return first_last_layout(num_layers, pp, vpp, first, last, mtp_layers)
+    return balanced_layout(num_layers, pp, vpp, mtp_layers)
 
 
-def _middle_out(n: int) -> list[int]:
-    """Stage indices from the middle outwards, so extra layers land away from the ends."""
-    mid = (n - 1) / 2
-    return sorted(range(n), key=lambda i: (abs(i - mid), i))
+def stage_layout(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
+    """Decoder layers per pipeline rank with vpp = 1 (see resolve_layout)."""
+    return resolve_layout(num_layers, pp, 1, first, last).rank_decoders()
 
 
-def _explicit_layout(num_layers: int, pp: int, first: int | None, last: int | None) -> list[int]:
-    fixed = [x for x in (first, last) if x is not None]
-    rest = num_layers - sum(fixed)
-    middle = pp - len(fixed)
-    if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and rest % middle):
-        raise InputError("plan.first_stage_layers", first, f"first/last stage layers leave {rest} layers that do not split evenly over {middle} middle stages")
-    each = rest // middle if middle else 0
-    stages = [each] * pp
-    if first is not None:
-        stages[0] = first
-    if last is not None:
-        stages[-1] = last
-    return stages
+def _plan_items(text: str) -> list[str]:
+    """'key=value' items; a layout string may hold commas (cosmetic in Megatron's form), so a
+    piece without '=' after a layout item continues it."""
+    items: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if piece and "=" not in piece and items and items[-1].split("=", 1)[0].strip() == "layout":
+            items[-1] += "," + piece
+        elif piece:
+            items.append(piece)
+    return items
 
 
 def parse_plan(text: str, **overrides: Any) -> Plan:
     """Parse 'tp=8,pp=16,...' into a Plan; errors name the key and the rule."""
     fields: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
+    for item in _plan_items(text):
         if "=" not in item:
             raise InputError("plan", item, "expected key=value (e.g. tp=8)")
         key, value = (s.strip() for s in item.split("=", 1))
@@ -223,10 +287,14 @@ def parse_plan(text: str, **overrides: Any) -> Plan:
             raise InputError("plan", key, f"unknown key; known: {', '.join(Plan.model_fields)}")
         if key in fields:
             raise InputError("plan", key, "given twice")
-        if key in ("sp", "tp_overlap"):
+        if key in _BOOL_KEYS:
             if value.lower() not in _BOOL:
                 raise InputError(f"plan.{key}", value, "must be on or off")
             fields[key] = _BOOL[value.lower()]
+        elif key == "stage_recompute_layers":
+            if not re.fullmatch(r"\d+(/\d+)*", value):
+                raise InputError(f"plan.{key}", value, "must be one count per pipeline stage, separated by / (e.g. 2/4/4/1)")
+            fields[key] = tuple(int(v) for v in value.split("/"))
         else:
             fields[key] = value
     fields.update(overrides)

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from autopar.cost.comm import Collective, Group, collective_seconds
-from autopar.specs.costparams import CollectiveCurve, CommCalibration
 from calibration.nccl_fit import Curve, Observation, fit_log, fit_observations
 from calibration.nccl_log import read_log
 
@@ -58,15 +56,3 @@ def test_full_range_log_coefficients(fits):
     c = fits["h100x8_allreduce_aws-batch-p5_partial.txt"].curve
     assert c.latency_seconds * 1e6 == pytest.approx(15, abs=3)          # fitted L vs 12.9-22 us small sizes
     assert c.busbw(16 * 2**30) / 1e9 == pytest.approx(483.35, rel=0.02)  # achieved busbw at 16 GiB
-
-
-def test_exponent_one_is_the_default_model(h100_node, params):
-    # t = alpha steps + S f / B (1 + half / S) == default alpha steps + S f / (B S / (S + half))
-    comm = params.comm
-    curve = CollectiveCurve(busbw_gb_per_s=450 * comm.nvlink_efficiency, half_bandwidth_bytes=comm.half_bandwidth_bytes,
-                            exponent=1.0, latency_us_per_step=h100_node.intra_node.latency_us, gpus_per_node=8)
-    calibrated = params.model_copy(update={"collectives": CommCalibration(intra_node={"all_gather": curve})})
-    group = Group(8, 8, 1)
-    for size in (1e3, 58e6, 8e9):
-        assert collective_seconds(Collective.all_gather, size, group, h100_node, calibrated) == pytest.approx(
-            collective_seconds(Collective.all_gather, size, group, h100_node, params), rel=1e-12)

@@ -18,6 +18,11 @@ K, M, G = 1 << 10, 1 << 20, 1 << 30
 # file: (collective, ranks, nodes, min size, max size, number of sizes, peak busbw GB/s, partial)
 # source: calibration/data/nccl/SOURCES.md (= shared/calibration-samples/nccl/SOURCES.md)
 SAMPLES = {
+    # nccl-tests#309 4- and 8-node runs (held out in calibration/heldout.py)
+    "h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt": (AR, 32, 4, 8, 16 * G, 32, 365.84, False),
+    "h100x32_4node_allreduce_ib400_nccl-tests-issue309g.txt": (AR, 32, 4, M, 8 * G, 14, 325.86, False),
+    "h100x64_8node_allreduce_ib400_nccl-tests-issue309f.txt": (AR, 64, 8, M, 8 * G, 14, 321.03, False),
+    "h100x64_8node_allreduce_mincta24_ib400_nccl-tests-issue309h.txt": (AR, 64, 8, M, 8 * G, 14, 391.37, False),
     "a100pcie_x4_allgather_azure-nc-a100v4.txt": (AG, 4, 1, 32 * M, 32 * M, 1, 25.95, False),
     "a100x16_2node_allreduce_10GiB_roce_oci-japan-v2.txt": (AR, 16, 2, 10 * G, 10 * G, 1, 174.31, False),
     "a100x16_2node_allreduce_aws-p4de-efa_partial.txt": (AR, 16, 2, 8, 2 * G, 29, 78.33, True),

@@ -115,7 +115,7 @@ def test_emit_skips_plans_the_framework_cannot_run(tmp_path):
     # and interleaved, so the launcher is written for the best plan it accepts and the refused
     # ranks are named
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
-            "--fix", "pp=4,vpp=1", "--top", "60"]  # the best 1F1B plan ranks 45th
+            "--fix", "pp=4,vpp=1,zero=1", "--top", "60"]  # the best 1F1B plan ranks 23rd
     ranked = json.loads(run(args + ["--json"]).output)["plans"]
     assert ranked[0]["plan"]["schedule"] == "zero-bubble"
     first_runnable = next(i for i, p in enumerate(ranked) if p["plan"]["schedule"] == "1f1b")

@@ -109,7 +109,6 @@ BAD_PLANS = [
     ("llama3-8b", "dgx-h100", 16, 4096, 100, "tp=2", "GBS % (MBS * DP) == 0"),
     ("llama3-70b", "dgx-h100", 64, 8192, 12, "tp=8,pp=4,vpp=5", "interleaved: num_microbatches % group_size"),
     ("llama3-8b", "dgx-h100", 16, 4100, 16, "tp=1,cp=4", "seq_length % (2*CP) == 0"),
-    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,vpp=3", "(num_layers / PP) % VPP == 0"),
     ("gpt3-175b", "dgx-h100", 64, 4096, 64, "tp=8,pp=8", "max_position_embeddings >= seq_length"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,schedule=gpipe", "schedule in {1f1b, interleaved}"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,order=tp-cp-ep-pp-dp", "expert_dp == dp"),

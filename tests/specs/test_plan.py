@@ -58,7 +58,8 @@ def test_product_must_match_gpus():
     [
         ("tp=3", 4096, 64, "must divide num_attention_heads"),
         ("tp=2,cp=2", 4098, 64, "must divide by 2\\*cp"),
-        ("tp=1,pp=2,zero=3", 4096, 64, "ZeRO-2/3 with pp > 1"),
+        ("tp=1,pp=2,layout=Et*3|t*3L", 4096, 64, "holds 6 decoder layers, the model has num_layers=32"),
+        ("tp=1,pp=8,vpp=5", 4096, 64, "pp\\*vpp=40 virtual stages exceed num_layers=32"),
         ("tp=1,ep=2", 4096, 64, "needs a MoE model"),
         ("tp=2,pp=2,vpp=2", 4096, 6, "micro-batches"),
         ("tp=1,mbs=3", 4096, 64, "must divide by dp"),

@@ -39,6 +39,15 @@ def test_trial_output_protocol(output, code, status, seconds):
     assert (outcome.status, outcome.measured_seconds) == (status, seconds)
 
 
+def _fake_status(plan: str) -> str:
+    """The outcome tests/tune/fake_trial.py gives a plan: hybrid CP or mbs >= 4 run out of
+    memory, Ulysses fails, the rest run."""
+    fields = dict(kv.split("=", 1) for kv in plan.split(","))
+    if fields.get("cp_algo") == "hybrid" or int(fields["mbs"]) >= 4:
+        return "oom"
+    return "failed" if fields.get("cp_algo") == "ulysses" else "ok"
+
+
 def _rows(out: Path) -> list[dict]:
     (table,) = out.glob("tune-*.csv")
     return list(csv.DictReader(table.open()))
@@ -52,9 +61,11 @@ def test_single_worker_end_to_end(tmp_path):
     rows = _rows(out)
     assert len(rows) == 15
     statuses = [r["status"] for r in rows]
-    assert statuses[:5] == ["ok", "ok", "ok", "failed", "oom"]  # the five enqueued predictions, in rank order
+    # the five enqueued predictions, in rank order, each with the status fake_trial.py gives its plan
+    assert statuses[:5] == [_fake_status(r["plan"]) for r in rows[:5]]
+    assert "ok" in statuses[:5] and {"failed", "oom"} <= set(statuses[:5])
     assert [r["source"] for r in rows[:6]] == ["prediction"] * 5 + ["sampler"]
-    assert rows[3]["state"] == "FAIL" and rows[4]["state"] == "COMPLETE"
+    assert all(r["state"] == ("FAIL" if r["status"] == "failed" else "COMPLETE") for r in rows[:5])
     for r in rows:
         if r["status"] == "ok":
             assert float(r["measured_over_predicted"]) == pytest.approx(1.07, abs=0.05)

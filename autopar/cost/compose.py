@@ -1,0 +1,65 @@
+"""Plans that differ only in vpp and schedule share every per-micro-batch stage cost: the
+pipeline fill and the in-flight activations are the only terms those change (rank layer
+totals do not depend on vpp: autopar.specs.layout.balanced_layout). The search costs each
+*core* (every column but vpp and schedule) once and composes the rest here; the tests check
+the composition against autopar.cost.step.evaluate row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.cost.context import Batch
+from autopar.cost.memory import in_flight_microbatches
+from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE
+from autopar.cost.step import StepResult, evaluate
+from autopar.cost.table import SCHEDULE, row_groups
+from autopar.specs.plan import Schedule
+
+ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
+
+
+def core_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(one representative row per core, the core of every row)."""
+    return row_groups(*(v for k, v in batch.tab.columns().items() if k not in ("vpp", "schedule")))
+
+
+def evaluate_cores(batch: Batch) -> tuple[StepResult, np.ndarray, Batch]:
+    """Cost each core once at vpp = 1 and 1F1B: (result per core, core of every row, the core batch)."""
+    first, core_of_row = core_rows(batch)
+    reps = batch.tab.take(first)
+    reps.vpp = np.ones_like(reps.vpp)
+    reps.schedule = np.full_like(reps.schedule, ONE_F_ONE_B)
+    core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
+    return evaluate(core_batch), core_of_row, core_batch
+
+
+def step_and_memory(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Step seconds and peak memory bytes of every plan of the batch (same numbers as
+    evaluate(), costing each core once)."""
+    result, core_of_row, _ = evaluate_cores(batch)
+    t = batch.tab
+    return compose_outer(result, core_of_row, batch.microbatches, t.pp, t.vpp, t.schedule, batch.params)
+
+
+def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray, pp: np.ndarray,
+                  vpp: np.ndarray, schedule: np.ndarray, params) -> tuple[np.ndarray, np.ndarray]:
+    """(step seconds, peak memory bytes) of plans that differ from the costed `rows` only in
+    vpp and schedule: the pipeline fill and the in-flight activations are the only terms
+    those change (the solvers compose them instead of re-costing)."""
+    m = microbatches.astype(float)
+    t_max, rest = result.stage_max_seconds[rows], result.stage_rest_seconds[rows]
+    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / vpp, rest))
+    fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
+    step = m * t_max + fill + fixed_parts
+    mem = params.memory
+    peak = np.empty(len(rows))
+    for p in np.unique(pp).tolist():  # stage arrays as wide as this pp, not the widest
+        sel = np.flatnonzero(pp == p)
+        stage = np.arange(p)[None, :]
+        # in-flight micro-batches depend on (m, vpp, schedule) only: a few distinct rows
+        combos, inverse = np.unique(np.stack([m[sel], vpp[sel], schedule[sel]], axis=1), axis=0, return_inverse=True)
+        held = in_flight_microbatches(stage, p, combos[:, :1], combos[:, 1:2], combos[:, 2:3].astype(int))[inverse.ravel()]
+        fixed = result.memory_fixed_stage[rows[sel], :p]
+        per_mb = result.memory_per_microbatch_stage[rows[sel], :p]
+        peak[sel] = ((fixed + per_mb * held) * (1 + mem.fragmentation)).max(axis=1) + mem.reserve_bytes
+    return step, peak

@@ -1,0 +1,166 @@
+"""Fit the physical parameters of the collective model (autopar/cost/nccl.py) to nccl-tests logs.
+
+Every printed size of every log is predicted by the same function the cost model runs
+(autopar.cost.comm.collective_choice), on the log's communicator shape (ranks, ranks per node,
+nodes) and with the algorithm / protocol the log forced (NCCL_ALGO / NCCL_PROTO), if any; the
+parameters below minimise the robust (Cauchy) misfit of log time. A row's time is the faster
+of its out-of-place and in-place columns: a stall (first touch, a competing job) only ever
+lengthens a time (e.g. nccl-tests#309's 8-node 8 MiB out-of-place 1272 us vs 321 us in-place).
+
+A parameter is fitted only when the logs are sensitive to it (at least MIN_SENSITIVE printed
+sizes move by SENSITIVITY x the relative change of the parameter); otherwise it keeps the
+default and the profile says why (`not_identified`), e.g. a 2-node NVLS-tree run is bound by
+NVLS, not by the NICs, so it cannot tell the network efficiency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from autopar.cost.comm import Collective, collective_choice, place_group
+from autopar.specs.costparams import CommCalibration, CostParams
+from autopar.specs.hardware import ClusterSpec
+from calibration.nccl_log import NcclLog
+
+MIB = 1 << 20
+SENSITIVITY = 0.05     # d log t / d log parameter that counts as "this size measures it"
+MIN_SENSITIVE = 3      # sizes that must measure a parameter before it is fitted
+ROBUST_SCALE = 0.05    # Cauchy scale on log time: outlying sizes (another protocol, a stall) count less
+NCCL_OPS = (Collective.all_reduce, Collective.all_gather, Collective.reduce_scatter)
+
+# name -> (bounds in log space relative to the default, or absolute bounds for exponents; why not identified)
+PARAMETERS = {
+    "intra_busbw_gb_per_s": ((0.3, 2.0), "no large-message ring (Simple) run inside one node: intra-node bandwidth from the cluster's link rate x nvlink_efficiency"),
+    "nvls_speedup": ((0.77, 1.6), "no NVLS-bound run (one-node AllReduce with NVLS, or 2-node NVLS-tree): NVLS gain from the default profile"),
+    "network_efficiency": ((0.3, 1.11), "no multi-node run bound by the NICs (a NCCL_ALGO=Ring log, or more than 2 nodes): network efficiency from the default profile"),
+    "tree_efficiency": ((0.3, 1.08), "no multi-node tree data: tree bandwidth from the default profile"),
+    "intra_latency_scale": ((0.2, 5.0), "no small-message (latency-bound) run inside one node: NCCL's NVLink/PCIe latencies"),
+    "net_latency_scale": ((0.2, 5.0), "no small-message multi-node run: NCCL's network latencies"),
+    "ring_half_bandwidth_bytes": ((0.01, 100.0), "no mid-size ring/tree Simple data: ring saturation from the default profile (seed 001 58 MB point)"),
+    "ring_saturation_exponent": ((0.3, 1.5), "no mid-size ring/tree Simple data over a wide size range: ring saturation exponent from the default profile"),
+    "switch_half_bandwidth_bytes": ((0.01, 100.0), "no mid-size NVLS / NVLS-tree data: in-switch saturation from the default profile"),
+    "switch_saturation_exponent": ((0.3, 1.5), "no mid-size NVLS / NVLS-tree data over a wide size range: in-switch saturation exponent from the default profile"),
+}
+_ABSOLUTE = ("ring_saturation_exponent", "switch_saturation_exponent")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One log with the cluster it ran on and what it forced."""
+
+    log: NcclLog
+    cluster: ClusterSpec
+    algorithm: str | None = None
+    protocol: str | None = None
+
+    @property
+    def label(self) -> str:
+        forced = "/".join(x for x in (self.algorithm, self.protocol) if x)
+        return f"{self.log.path}@{forced}" if forced else self.log.path
+
+
+@dataclass(frozen=True)
+class Point:
+    run: Run
+    size_bytes: float
+    seconds: float
+
+
+def points(runs: list[Run]) -> list[Point]:
+    """The faster printed time of every size of every NCCL-tuned log."""
+    out = []
+    for run in runs:
+        if run.log.collective not in NCCL_OPS:
+            continue
+        for row in run.log.rows:
+            out.append(Point(run, float(row.size_bytes), min(row.times_us) * 1e-6))
+    return out
+
+
+def defaults(params: CostParams, cluster: ClusterSpec) -> dict[str, float]:
+    c, link = params.comm, cluster.intra_node
+    eff = c.nvlink_efficiency if link.kind.value == "nvlink" else c.pcie_efficiency
+    return {"intra_busbw_gb_per_s": link.bandwidth_gb_per_s * eff, "nvls_speedup": c.sharp_speedup,
+            "network_efficiency": c.network_efficiency, "tree_efficiency": c.tree_efficiency,
+            "intra_latency_scale": 1.0, "net_latency_scale": 1.0,
+            "ring_half_bandwidth_bytes": c.half_bandwidth_bytes, "ring_saturation_exponent": c.saturation_exponent,
+            "switch_half_bandwidth_bytes": c.switch_half_bandwidth_bytes, "switch_saturation_exponent": c.switch_saturation_exponent}
+
+
+def with_values(params: CostParams, values: dict[str, float]) -> CostParams:
+    return params.model_copy(update={"collectives": CommCalibration(**values)})
+
+
+def predict(point: Point, params: CostParams) -> float:
+    log = point.run.log
+    group = place_group(log.num_ranks, 1, log.ranks_per_node)
+    return collective_choice(log.collective, point.size_bytes, group, point.run.cluster, params,
+                             point.run.algorithm, point.run.protocol).seconds
+
+
+def _log_times(pts: list[Point], params: CostParams) -> np.ndarray:
+    return np.log([predict(p, params) for p in pts])
+
+
+def sensitivities(pts: list[Point], params: CostParams, values: dict[str, float], names) -> dict[str, int]:
+    """How many sizes each parameter moves by >= SENSITIVITY (d log t / d log theta, 10% step)."""
+    base = _log_times(pts, with_values(params, values))
+    out = {}
+    for name in names:
+        step = 0.1 if name in _ABSOLUTE else np.log(1.1)
+        moved = dict(values)  # a step down keeps efficiencies within (0, 1]
+        moved[name] = values[name] - step if name in _ABSOLUTE else values[name] / np.exp(step)
+        delta = np.abs(_log_times(pts, with_values(params, moved)) - base) / step
+        out[name] = int(np.sum(delta >= SENSITIVITY))
+    return out
+
+
+def _solve(pts: list[Point], params: CostParams, anchor: dict[str, float], start: dict[str, float],
+           free: list[str]) -> dict[str, float]:
+    """Least squares over the free parameters; bounds relative to the defaults (anchor)."""
+    measured = np.log([p.seconds for p in pts])
+
+    def unpack(x):
+        values = dict(start)
+        for name, v in zip(free, x):
+            values[name] = float(v) if name in _ABSOLUTE else float(anchor[name] * np.exp(v))
+        return values
+
+    def residual(x):
+        return _log_times(pts, with_values(params, unpack(x))) - measured
+
+    lo = [PARAMETERS[n][0][0] if n in _ABSOLUTE else np.log(PARAMETERS[n][0][0]) for n in free]
+    hi = [PARAMETERS[n][0][1] if n in _ABSOLUTE else np.log(PARAMETERS[n][0][1]) for n in free]
+    x0 = np.clip([start[n] if n in _ABSOLUTE else np.log(start[n] / anchor[n]) for n in free], lo, hi)
+    res = least_squares(residual, x0, bounds=(lo, hi), loss="cauchy", f_scale=ROBUST_SCALE, diff_step=1e-3)
+    return unpack(res.x)
+
+
+def fit(runs: list[Run], params: CostParams) -> CommCalibration:
+    """Fit what the logs measure; keep (and name) what they do not."""
+    pts = points(runs)
+    if not pts:
+        raise ValueError("no all_reduce / all_gather / reduce_scatter log to fit")
+    anchor = defaults(params, runs[0].cluster)
+    if not runs[0].cluster.intra_node.sharp:
+        anchor.pop("nvls_speedup")
+    values = dict(anchor)
+    counts = sensitivities(pts, params, values, list(values))
+    free = [n for n in values if counts[n] >= MIN_SENSITIVE]
+    if free:
+        values = _solve(pts, params, anchor, values, free)
+        counts = sensitivities(pts, params, values, free)
+        still = [n for n in free if counts[n] >= MIN_SENSITIVE]
+        if still != free:  # a parameter the fit moved out of reach of the data: back to its default
+            values = _solve(pts, params, anchor, {**values, **{n: anchor[n] for n in free if n not in still}}, still)
+            free = still
+    fitted = with_values(params, values)
+    errors = [predict(p, fitted) / p.seconds - 1.0 for p in pts if p.size_bytes >= MIB]
+    kept = {n: values[n] for n in free}
+    return CommCalibration(**kept, not_identified={n: PARAMETERS[n][1] for n in PARAMETERS if n not in free},
+                           num_observations=len(pts), median_error=statistics.median(abs(e) for e in errors) if errors else None,
+                           max_error=max(abs(e) for e in errors) if errors else None, sources=sorted({r.label for r in runs}))

@@ -1,0 +1,89 @@
+"""The collective model after NCCL's tuning model (autopar/cost/nccl.py): hand-computed
+latencies and bandwidths from NCCL's constants (src/graph/tuning.cc, in
+profiles/cost/defaults.yaml comm.nccl), and the algorithm NCCL picks by size and scale."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopar.cost.comm import Collective, Group, collective_choice, fabric
+from autopar.cost.nccl import algorithm_bandwidth, latency_us
+from autopar.specs import load_cluster
+
+AR, AG = Collective.all_reduce, Collective.all_gather
+GiB = 2**30
+
+
+def _node_and_pod(nodes):
+    return load_cluster("dgx-h100").with_gpus(8 * nodes) if nodes > 1 else load_cluster("dgx-h100")
+
+
+def test_ring_ll_latency_8xh100(params):
+    # tuning.cc: ring LL = base 6.6 + 2(n-1) = 14 steps x NVLink 0.6 us = 15.0 us (8 B all_reduce
+    # measured 12.9 us on 8x H100, calibration/data/nccl/h100x8_allreduce_aws-batch-p5_partial.txt)
+    f = fabric(load_cluster("dgx-h100"), Group(8, 8, 1), params)
+    assert latency_us("all_reduce", "ring", 0, f, params.comm.nccl) == pytest.approx(15.0)
+    choice = collective_choice(AR, 8, Group(8, 8, 1), load_cluster("dgx-h100"), params)
+    assert (choice.algorithm, choice.protocol) == ("ring", "ll")
+    assert choice.seconds * 1e6 == pytest.approx(15.0, abs=0.1)
+
+
+def test_nvls_tree_latency_and_bandwidth_fall_with_depth(params):
+    # NVLS-tree: intra 25 us + 2 log2(nodes) x net 20.9 us; bandwidth min(NVLS, NICs x 2) on
+    # <= 2 nodes, min(NVLS, NICs) beyond (the 2-node "aberration", nccl-tests#309)
+    prm = params.comm.nccl
+    two = fabric(_node_and_pod(2), Group(16, 8, 2), params)
+    eight = fabric(_node_and_pod(8), Group(64, 8, 8), params)
+    assert latency_us("all_reduce", "nvls_tree", 2, two, prm) == pytest.approx(25 + 2 * 1 * 20.9)
+    assert latency_us("all_reduce", "nvls_tree", 2, eight, prm) == pytest.approx(25 + 2 * 3 * 20.9)
+    nic = 8 * 50e9 * params.comm.network_efficiency
+    nvls = 450e9 * params.comm.nvlink_efficiency * params.comm.sharp_speedup
+    assert algorithm_bandwidth("all_reduce", "nvls_tree", 2, two, prm) == pytest.approx(min(nvls, 2 * nic) * 16 / 30)
+    assert algorithm_bandwidth("all_reduce", "nvls_tree", 2, eight, prm) == pytest.approx(min(nvls, nic) * 64 / 126)
+
+
+def test_nvls_on_8xh100_large_messages(params):
+    # kiskra-nvidia (nccl-tests#309): "You should see NVLS being used with single-node runs,
+    # NVLSTree with multi-node"; qoofyk: 8 B-1 MB ring LL, 2 MB-16 GB NVLS Simple on one node
+    node = load_cluster("dgx-h100")
+    assert collective_choice(AR, 8 * GiB, Group(8, 8, 1), node, params).algorithm == "nvls"
+    assert collective_choice(AR, 4 << 20, Group(8, 8, 1), node, params).algorithm == "nvls"
+    assert collective_choice(AR, 8 * GiB, Group(64, 8, 8), _node_and_pod(8), params).algorithm == "nvls_tree"
+    # AllGather in a node: NVLS gives half its AllReduce rate x 7/8, the ring wins
+    assert collective_choice(AG, 8 * GiB, Group(8, 8, 1), node, params).algorithm == "ring"
+
+
+def test_ring_vs_tree_switch_with_scale_without_nvls(params):
+    # A100 (no NVLS): tree on 2 nodes runs on the node links (bwIntra), ring is NIC-bound: tree
+    # wins large messages; beyond 2 nodes both are NIC-bound and tree pays x tree efficiency
+    a100 = load_cluster("dgx-a100")
+    two = collective_choice(AR, 8 * GiB, Group(16, 8, 2), a100.with_gpus(16), params)
+    sixteen = collective_choice(AR, 8 * GiB, Group(128, 8, 16), a100.with_gpus(128), params)
+    assert (two.algorithm, sixteen.algorithm) == ("tree", "ring")
+
+
+def test_pat_for_one_rank_per_node_at_scale(params):
+    # PAT runs AllGather with one rank per node; latency log2(nodes) x net / 3.5 + ranks x 2.8
+    # beats the ring's (n-1) network steps at small sizes on 512 nodes
+    pod = load_cluster("dgx-h100").with_gpus(8 * 512)
+    choice = collective_choice(AG, 1 << 20, Group(512, 1, 512), pod, params)
+    assert choice.algorithm == "pat"
+
+
+def test_ring_scale_out_bandwidth_constant_in_nodes(params):
+    # seed 001 'Коллективные операции между узлами' (DGX SuperPOD fat tree): a ring's scale-out
+    # bus bandwidth is the node's NIC share whatever the node count (8 x 50 GB/s x efficiency);
+    # only its latency, 2(n - 1) steps, grows: 16 GiB busbw within 15% of it up to 128 nodes
+    pod = load_cluster("dgx-h100-superpod")
+    nic = 8 * 50e9 * params.comm.network_efficiency
+    for nodes in (4, 16, 64, 128):
+        n = 8 * nodes
+        f = fabric(pod.with_gpus(n), Group(n, 8, nodes), params)
+        assert algorithm_bandwidth("all_reduce", "ring", 2, f, params.comm.nccl) * 2 * (n - 1) / n == pytest.approx(nic)
+        t = collective_choice(AR, 16 * GiB, Group(n, 8, nodes), pod.with_gpus(n), params, "ring", "simple").seconds
+        assert 16 * GiB / t * 2 * (n - 1) / n == pytest.approx(nic, rel=0.15)
+
+
+def test_forced_algorithm_that_cannot_run(params):
+    with pytest.raises(ValueError, match="nvls_tree cannot run"):
+        collective_choice(AR, GiB, Group(8, 8, 1), load_cluster("dgx-h100"), params, "nvls_tree")
