@@ -41,6 +41,9 @@ def write_plan_png(report: "PlanReport", path: str | Path, deadline_days: float 
         ax.axvline(deadline_days, color="tab:red", lw=1, ls=":", label=f"deadline {deadline_days:g} d")
     if budget_usd is not None and priced:
         ax.axhline(budget_usd / 1e6, color="tab:orange", lw=1, ls=":", label=f"budget ${budget_usd / 1e6:g}M")
+    days = [p.wall_days for p in points]
+    if days and max(days) > 8 * min(days):
+        ax.set_xscale("log")
     ax.set_xlabel("wall-clock days (failures and checkpoints included)")
     ax.set_ylabel("cost, $M" if priced else "GPU-hours, millions")
     ax.set_title(f"{report.tokens / 1e12:g}T tokens: days vs {'cost' if priced else 'GPU-hours'} per GPU count and batch")

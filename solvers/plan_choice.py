@@ -69,7 +69,7 @@ def _describe(p: PlanPoint) -> str:
 
 
 def _unmet(points, ok, in_time, in_budget, c: Constraints) -> InputError:
-    deadline = ("deadline", f"{c.deadline_days:g}d")
+    deadline = ("deadline", f"{c.deadline_days:g}d" if c.deadline_days is not None else None)
     budget = ("budget", f"${c.budget_usd:,.0f}" if c.budget_usd is not None else None)
     if not in_time:
         fastest = points[min(ok, key=lambda i: points[i].wall_days)]
@@ -103,18 +103,29 @@ def explain(points: list[PlanPoint], chosen: int | None, cap_tokens: float) -> l
         return []
     anchor = points[chosen] if chosen is not None else min(best, key=lambda p: p.wall_days)
     index = next(i for i, p in enumerate(best) if p.gpus == anchor.gpus)
-    lines = []
     if index + 1 < len(best):
-        lines += _larger(best[index], best[index + 1], cap_tokens)
+        lines = _larger(best[index], best[index + 1], cap_tokens, "the next larger cluster")
+    else:  # the chosen count is the largest searched: what its last doubling bought, and the cap beyond it
+        lines = _larger(best[index - 1], best[index], cap_tokens, "the last doubling") + [_beyond(best[index])]
     lines.append(_linear_budget(best[0], best[-1]))
     return lines
 
 
-def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float) -> list[str]:
+def _beyond(p: PlanPoint) -> str:
+    """Seed 001 B/X > C/W: per-GPU batch needed for compute-bound data parallelism is fixed, while
+    the capped global batch spreads over twice the GPUs."""
+    need_per_gpu = p.compute_bound_batch_tokens / p.gpus
+    have = p.global_batch_tokens / (2 * p.gpus)
+    verdict = "below" if have < need_per_gpu else "still above"
+    return (f"  beyond {p.gpus:,} GPUs: the capped batch would give {have:,.0f} tokens per GPU on {2 * p.gpus:,}, {verdict} the "
+            f"{need_per_gpu:,.0f} that keep data parallelism compute-bound; failures would come every {p.mtbf_hours / 2:.1f} h")
+
+
+def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float, what: str) -> list[str]:
     speedup = a.wall_days / b.wall_days
     ideal = b.gpus / a.gpus
     money = (_money(b) / _money(a) - 1) * 100
-    lines = [f"{a.gpus:,} -> {b.gpus:,} GPUs: {a.wall_days:.1f} -> {b.wall_days:.1f} days ({speedup:.2f}x of an ideal {ideal:.0f}x, "
+    lines = [f"{what}, {a.gpus:,} -> {b.gpus:,} GPUs: {a.wall_days:.1f} -> {b.wall_days:.1f} days ({speedup:.2f}x of an ideal {ideal:.0f}x, "
              f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd is not None else 'GPU-hours'} {money:+.0f}%"]
     per_gpu_a, per_gpu_b = a.global_batch_tokens / a.gpus, b.global_batch_tokens / b.gpus
     need = b.compute_bound_batch_tokens

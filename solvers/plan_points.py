@@ -110,14 +110,25 @@ def reliability(ctx: PointContext, checkpoint_seconds: float) -> Goodput:
     return goodput(checkpoint_seconds, mtbf, ctx.fleet.restart_seconds)
 
 
+def _phases(ctx: PointContext):
+    """(batch tokens, tokens trained at it) of each ramp-up phase, then the final batch."""
+    done = 0.0
+    for batch_tokens, until in ctx.fleet.ramp:
+        phase = min(until, ctx.tokens) - done
+        if phase > 0:
+            yield batch_tokens, phase
+            done += phase
+    yield ctx.training.tokens_per_step, ctx.tokens - done
+
+
 def ramp_train_seconds(ctx: PointContext, plan: Plan, final: Estimate) -> float | None:
     """Seconds of training steps over all tokens: each ramp-up phase at its batch with the same
     layout (Megatron --rampup-batch-size changes the micro-batch count, not the layout), then the
     rest at the final batch. None when the layout cannot run a ramp batch."""
-    seconds, done = 0.0, 0.0
-    for batch_tokens, until in ctx.fleet.ramp:
-        phase = min(until, ctx.tokens) - done
-        if phase <= 0:
+    seconds = 0.0
+    for batch_tokens, phase in _phases(ctx):
+        if batch_tokens == ctx.training.tokens_per_step:
+            seconds += phase / final.tokens_per_second
             continue
         training = ctx.training.model_copy(update={"global_batch_size": batch_tokens // ctx.training.seq_len})
         try:
@@ -127,12 +138,15 @@ def ramp_train_seconds(ctx: PointContext, plan: Plan, final: Estimate) -> float 
         if not est.feasible:
             return None
         seconds += phase / est.tokens_per_second
-        done += phase
-    return seconds + (ctx.tokens - done) / final.tokens_per_second
+    return seconds
 
 
-def price_point(ctx: PointContext, ranked: list[tuple[Plan, Estimate]]) -> PlanPoint:
-    """The first ranked layout that also runs every ramp-up batch, priced over the whole run."""
+def price_point(ctx: PointContext, ranked: list[tuple[Plan, Estimate]],
+                ramp_best: dict[int, Estimate] | None = None) -> PlanPoint:
+    """The first ranked layout that also runs every ramp-up batch, priced over the whole run.
+    Failing that, with `ramp_best` (each ramp batch's own best layout at this GPU count), each
+    phase runs at its own layout: a re-shard at a checkpoint between phases, as Llama 3 changed
+    its parallelism between batch phases."""
     base = PlanPoint(gpus=ctx.cluster.num_gpus, global_batch_tokens=ctx.training.tokens_per_step, plan=None, step_seconds=None,
                      mfu=None, goodput=None, checkpoint_interval_seconds=None, wall_days=None, gpu_hours=None, cost_usd=None,
                      energy_mwh=None)
@@ -140,7 +154,15 @@ def price_point(ctx: PointContext, ranked: list[tuple[Plan, Estimate]]) -> PlanP
         train = ramp_train_seconds(ctx, plan, est)
         if train is not None:
             return _priced(ctx, base, est, train)
-    base.note = f"none of the top {len(ranked)} layouts runs every ramp-up batch"
+    if ramp_best is not None and all(b in ramp_best for b, _ in ctx.fleet.ramp):
+        final = ranked[0][1]
+        best = {**ramp_best, ctx.training.tokens_per_step: final}
+        train = sum(phase / best[b].tokens_per_second for b, phase in _phases(ctx))
+        point = _priced(ctx, base, final, train)
+        point.note = "ramp-up phases at their own layouts: " + "; ".join(
+            f"{b / 2**20:g}M: {ramp_best[b].plan}" for b, _ in ctx.fleet.ramp)
+        return point
+    base.note = f"none of the top {len(ranked)} layouts runs every ramp-up batch, and no layout fits one of them"
     return base
 
 

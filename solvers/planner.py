@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +31,12 @@ from solvers.plan_points import FleetInputs, PlanPoint, PointContext, price_poin
 from solvers.search import NoFeasiblePlan, SearchRequest, run_search
 
 TOP_K = 20  # layouts kept per point: the first that also runs every ramp-up batch is priced
+# The grid pins two placement details to Megatron-LM's defaults: they multiply the space (the
+# DeepSeek-V3 point on 2,048 H800 has 4.9M plans, 1.0M with the pins) but not the answer this
+# planner gives -- the best layouts of the LLaMA-3 405B / 16,384 H100 and DeepSeek-V3 / 2,048
+# H800 points are the same plans with and without them (measured; tests/plan/test_planner.py
+# checks a smaller case). `autopar search` at the chosen point ranks them; --full-space lifts the pins.
+PLACEMENT_PINS = {"order": "tp-cp-ep-dp-pp", "cp_algo": "ring"}
 
 
 @dataclass
@@ -42,13 +48,23 @@ class PlanRequest:
     tokens: float
     gpu_counts: list[int]
     batch_tokens: list[int] = field(default_factory=list)  # explicit batches; empty: the grid below the critical batch
-    batches_per_count: int = 2
+    # one: a larger batch under the cap is never slower in the step model (step = m t_max + fill +
+    # fixed, autopar.cost.compose: the bubble and the per-step collectives amortise over more
+    # micro-batches), so the largest grid batch is each count's candidate; more show the trade
+    batches_per_count: int = 1
     critical_batch_tokens: float | None = None  # override of the scaling law
     fleet: FleetInputs | None = None
     constraints: Constraints = field(default_factory=Constraints)
     learning_rate: tuple[float, int, str] | None = None  # (lr0, batch0 tokens, optimizer adam|sgd)
     options: SpaceOptions = field(default_factory=SpaceOptions)
     workers: int = 1
+    full_space: bool = False  # False: PLACEMENT_PINS unless --fix names them
+
+
+def planning_options(options: SpaceOptions, full_space: bool) -> SpaceOptions:
+    if full_space:
+        return options
+    return replace(options, fixed={**PLACEMENT_PINS, **options.fixed})
 
 
 class PlanReport(BaseModel):
@@ -115,7 +131,8 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
 
 
 def _search_all(req: PlanRequest, clusters: list[ClusterSpec], batches: list[int]) -> list[list]:
-    args = [(req.model, c, req.seq_len, req.precision, batches, req.options) for c in clusters]
+    options = planning_options(req.options, req.full_space)
+    args = [(req.model, c, req.seq_len, req.precision, batches, options) for c in clusters]
     if req.workers <= 1 or len(args) <= 1:
         return [_search_count(*a) for a in args]
     with ProcessPoolExecutor(max_workers=min(req.workers, len(args)), mp_context=get_context("spawn")) as pool:
@@ -141,6 +158,9 @@ def run_plan(req: PlanRequest) -> PlanReport:
     for cluster, results in zip(clusters, _search_all(req, clusters, batches)):
         for batch, ranked in sorted(results, key=lambda r: r[0]):
             points.append(_point(req, cluster, batch, ranked, fleet))
+    if not any(p.wall_days is not None for p in points):
+        raise NoFeasiblePlan(f"no GPU count of {[c.num_gpus for c in clusters]} has a plan; at {points[-1].gpus:,} GPUs: "
+                             f"{points[-1].note}")
     _relative_efficiency(points)
     rule = _learning_rates(req, points, cap)
     mark_pareto(points)
@@ -160,6 +180,10 @@ def _point(req: PlanRequest, cluster: ClusterSpec, batch: int, ranked, fleet: Fl
     else:
         ctx = PointContext(req.model, cluster, training, params_for_cluster(cluster), req.tokens, fleet)
         point = price_point(ctx, ranked)
+        if point.plan is None and fleet.ramp:  # no layout runs every ramp batch: search each one
+            ramp = _search_count(req.model, cluster, req.seq_len, req.precision, sorted({b for b, _ in fleet.ramp}),
+                                 planning_options(req.options, req.full_space))
+            point = price_point(ctx, ranked, {b: r[0][1] for b, r in ramp if not isinstance(r, str)})
     point.compute_bound_batch_tokens = dp_compute_bound_batch_tokens(
         cluster.gpu.peak_flops_per_second(req.precision.gemm_dtype), scale_out_bytes_per_second(cluster), cluster.num_gpus)
     return point

@@ -106,22 +106,27 @@ def _money(usd: float | None) -> str:
     return "-" if usd is None else f"${usd / 1e6:,.2f}M"
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+def _cell(value: float | None, fmt: str, width: int) -> str:
+    return f"{'-' if value is None else format(value, fmt):>{width}}"
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
 
 
 def table(report: PlanReport) -> str:
-    head = (f"{'':2}{'GPUs':>7} {'batch':>7} {'step s':>8} {'MFU':>5} {'goodput':>7} {'days':>7} {'GPU-h':>9} {'cost':>10} "
-            f"{'MWh':>8} {'ckpt':>6}  layout")
+    head = (f"{'':2}{'GPUs':>7} {'batch':>7} {'step s':>8} {'MFU %':>6} {'goodput':>8} {'days':>7} {'M GPU-h':>8} {'cost':>10} "
+            f"{'MWh':>8} {'ckpt m':>7}  layout")
     lines = [head]
     for i, p in enumerate(report.points):
         mark = (">" if i == report.chosen else " ") + ("*" if p.pareto else " ")
         layout = p.plan if p.plan is not None else f"({p.note})"
-        lines.append(f"{mark}{p.gpus:>7,} {p.global_batch_tokens / 2**20:>6g}M {_num(p.step_seconds, '8.2f')} "
-                     f"{_num(p.mfu and 100 * p.mfu, '4.1f')}% {_num(p.goodput and 100 * p.goodput, '6.1f')}% "
-                     f"{_num(p.wall_days, '7.1f')} {_num(p.gpu_hours and p.gpu_hours / 1e6, '8.2f')}M {_money(p.cost_usd):>10} "
-                     f"{_num(p.energy_mwh, '8,.0f')} {_num(p.checkpoint_interval_seconds and p.checkpoint_interval_seconds / 60, '4.0f')}m  {layout}")
-    lines.append("  * Pareto front (days vs cost)   > chosen   ckpt = Young-Daly checkpoint interval")
+        lines.append(" ".join([
+            f"{mark}{p.gpus:>7,}", f"{p.global_batch_tokens / 2**20:>6g}M", _cell(p.step_seconds, ".2f", 8),
+            _cell(_scaled(p.mfu, 100), ".1f", 6), _cell(_scaled(p.goodput, 100), ".1f", 7) + "%", _cell(p.wall_days, ".1f", 7),
+            _cell(_scaled(p.gpu_hours, 1e-6), ".3f", 8), f"{_money(p.cost_usd):>10}", _cell(p.energy_mwh, ",.0f", 8),
+            _cell(_scaled(p.checkpoint_interval_seconds, 1 / 60), ".0f", 7), f" {layout}"]))
+    lines.append("  * Pareto front (days vs cost)   > chosen   ckpt m = Young-Daly checkpoint interval, minutes")
     return "\n".join(lines)
 
 
@@ -134,11 +139,13 @@ def summary(report: PlanReport) -> list[str]:
         return lines + report.explanation
     p = report.points[report.chosen]
     lines.append(f"chosen ({report.objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
-                 f"{p.gpu_hours / 1e6:,.2f}M GPU-hours, {_money(p.cost_usd)}, {_num(p.energy_mwh, ',.0f')} MWh")
+                 f"{p.gpu_hours / 1e6:,.2f}M GPU-hours, {_money(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
     lines.append(f"  layout {p.plan}")
     lines.append(f"  step {p.step_seconds:.2f} s, MFU {100 * p.mfu:.1f}%; job MTBF {p.mtbf_hours:.2f} h; checkpoint ({p.checkpoint_write_seconds:.0f} s "
                  f"to write) every {p.checkpoint_interval_seconds / 60:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval); "
                  f"checkpoint tax {100 * p.checkpoint_tax:.1f}%, restarts {100 * p.restart_share:.1f}%, goodput {100 * p.goodput:.1f}%")
+    if p.note:
+        lines.append(f"  {p.note}")
     if p.learning_rate is not None:
         lines.append(f"  learning rate {p.learning_rate:.3g}")
     lines.append(f"  data parallelism over {p.gpus:,} GPUs is compute-bound from {p.compute_bound_batch_tokens / 1e6:.1f}M tokens of batch "
@@ -175,7 +182,8 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
               help="GPU counts: LOW:HIGH (powers of two times LOW) or a list 1024,2048; default: 1/16 of the preset's size to its size")
 @click.option("--precision", type=click.Choice([p.value for p in Precision]), default="bf16", show_default=True, help="GEMM precision")
 @click.option("--batch-tokens", default=None, help="Global batches to search, e.g. 8M,16M (K/M/G powers of two); default: the grid below the critical batch")
-@click.option("--batches", type=int, default=2, show_default=True, help="Grid batches per GPU count (2^k or 3x2^k sequences, largest first)")
+@click.option("--batches", type=int, default=1, show_default=True,
+              help="Grid batches per GPU count: the K largest 2^k or 3x2^k sequences under the critical batch")
 @click.option("--critical-batch-tokens", default=None, help="Upper bound on the global batch, tokens (K/M/G powers of two); default: DeepSeek LLM's fitted B_opt(C)")
 @click.option("--ramp", default=None, help="Batch ramp-up BATCH@UNTIL_TOKENS,..., e.g. 4M@252M,8M@2.87T (costed at each point's layout)")
 @click.option("--deadline", default=None, help="Wall-clock limit: 60d, 1440h, 8w")
@@ -188,12 +196,13 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--batch0", default=None, help="Batch (tokens) at which --lr0 was tuned")
 @click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True, help="Picks the LR scaling rule")
 @click.option("--fix", "fix_text", default=None, help="Pin layout dimensions in every search, e.g. recompute=full")
+@click.option("--full-space", is_flag=True, help="Also vary the rank order and the CP algorithm (pinned to Megatron's defaults otherwise)")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes searching GPU counts in parallel")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write plan.json, plan.csv and plan.png here (atomically)")
 def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, ramp, deadline,
-         budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, workers,
-         as_json, out_dir):
+         budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
+         workers, as_json, out_dir):
     """Plan a training run: GPU count x global batch x layout, with failures, checkpoints, cost and energy."""
     request = build_request(**locals())
     report = run_plan(request)
@@ -219,7 +228,7 @@ def _positive(value: float | None, field: str) -> float | None:
 
 def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, ramp,
                   deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
-                  fix_text, workers, **_unused) -> PlanRequest:
+                  fix_text, workers, full_space=False, **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
     if seq_len <= 0:
         raise InputError("seq-len", seq_len, "must be a positive integer")
@@ -247,4 +256,4 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         batches_per_count=batches,
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         fleet=fleet, constraints=constraints, learning_rate=learning_rate,
-        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers)
+        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space)
