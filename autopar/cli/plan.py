@@ -184,8 +184,10 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--batch-tokens", default=None, help="Global batches to search, e.g. 8M,16M (K/M/G powers of two); default: the grid below the critical batch")
 @click.option("--batches", type=int, default=1, show_default=True,
               help="Grid batches per GPU count: the K largest 2^k or 3x2^k sequences under the critical batch")
-@click.option("--critical-batch-tokens", default=None, help="Upper bound on the global batch, tokens (K/M/G powers of two); default: DeepSeek LLM's fitted B_opt(C)")
-@click.option("--ramp", default=None, help="Batch ramp-up BATCH@UNTIL_TOKENS,..., e.g. 4M@252M,8M@2.87T (costed at each point's layout)")
+@click.option("--critical-batch-tokens", default=None,
+              help="Upper bound on the global batch, tokens (K/M/G powers of two); default: DeepSeek LLM's fitted B_opt(C)")
+@click.option("--ramp", default=None,
+              help="Batch ramp-up BATCH@UNTIL_TOKENS,..., e.g. 4M@252M,8M@2.87T (at each point's layout when it runs them)")
 @click.option("--deadline", default=None, help="Wall-clock limit: 60d, 1440h, 8w")
 @click.option("--budget", default=None, help="Money limit in USD: 5M, $2.5M")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=None, help="What the chosen point minimises [default: cost under a deadline, else time]")
@@ -203,7 +205,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, ramp, deadline,
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
          workers, as_json, out_dir):
-    """Plan a training run: GPU count x global batch x layout, with failures, checkpoints, cost and energy."""
+    """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
     request = build_request(**locals())
     report = run_plan(request)
     if out_dir:

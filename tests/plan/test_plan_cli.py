@@ -77,7 +77,7 @@ def test_goodput_trap_through_plan():
     eta = (large["tokens_per_second"] / 1024) / (small["tokens_per_second"] / 8)
     assert large["scaling_efficiency"] == pytest.approx(eta)
     assert large["mfu"] == pytest.approx(small["mfu"] * eta, rel=1e-6)  # same batch: MFU_N = MFU_8 x eta
-    line = next(l for l in r.output.splitlines() if l.startswith("linear scaling from 8 GPUs"))
+    line = next(t for t in r.output.splitlines() if t.startswith("linear scaling from 8 GPUs"))
     numbers = [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", line.split("MFU x goodput = ")[1])]
     useful_small, useful_large, promised = numbers[:3]
     assert useful_small == pytest.approx(8 * small["mfu"] * small["goodput"], abs=0.5)
