@@ -105,7 +105,7 @@ def test_zero1_shards_only_optimizer(superpod, params):
         ("llama3-70b", 70.55, 0.05),  # Meta model card: 70B (70.55B with embeddings)
         ("llama3-405b", 405.8, 0.2),  # Dubey et al. 2024: 405B
         ("mixtral-8x7b", 46.7, 0.1),  # Mistral AI: 46.7B total
-        ("deepseek-v3", 671.0, 1.5),  # DeepSeek-AI 2024: 671B (MTP module excluded)
+        ("deepseek-v3", 685.0, 3.0),  # DeepSeek-V3 README: 685B = 671B main model + 14B MTP module
         ("gpt3-175b", 174.6, 0.5),  # Brown et al. 2020: 175B
     ],
 )
