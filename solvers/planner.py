@@ -16,7 +16,7 @@ from multiprocessing import get_context
 from pydantic import BaseModel, ConfigDict, Field
 
 from autopar.cost.flops import embedding_params, model_flops_per_token
-from autopar.cost.roofline import dp_compute_bound_batch_tokens, deepseek_optimal_batch_tokens, scaled_learning_rate
+from autopar.cost.roofline import critical_batch_size, deepseek_optimal_batch_tokens, dp_compute_bound_batch_tokens, scaled_learning_rate
 from autopar.errors import InputError
 from autopar.space import SpaceOptions, candidate_space
 from autopar.specs.costparams import params_for_cluster
@@ -53,6 +53,7 @@ class PlanRequest:
     # micro-batches), so the largest grid batch is each count's candidate; more show the trade
     batches_per_count: int = 1
     critical_batch_tokens: float | None = None  # override of the scaling law
+    gradient_noise: tuple[float, float] | None = None  # measured (tr Sigma, |G|^2) per example: B* = tr / |G|^2
     fleet: FleetInputs | None = None
     constraints: Constraints = field(default_factory=Constraints)
     learning_rate: tuple[float, int, str] | None = None  # (lr0, batch0 tokens, optimizer adam|sgd)
@@ -92,6 +93,10 @@ def nonembedding_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 def critical_batch(req: PlanRequest) -> tuple[float, str]:
     if req.critical_batch_tokens is not None:
         return req.critical_batch_tokens, "--critical-batch-tokens"
+    if req.gradient_noise is not None:
+        examples = critical_batch_size(*req.gradient_noise)
+        return examples * req.seq_len, (f"gradient noise scale B* = tr(Sigma) / |G|^2 = {req.gradient_noise[0]:g} / {req.gradient_noise[1]:g} "
+                                        f"= {examples:,.0f} sequences (seed 000 'Критический размер батча')")
     m = nonembedding_flops_per_token(req.model, req.seq_len)
     c = m * req.tokens
     return deepseek_optimal_batch_tokens(c), (f"DeepSeek LLM (arXiv 2401.02954) sec. 3.1 B_opt = 0.2920 C^0.3271 with C = M D = "

@@ -53,6 +53,16 @@ def parse_batch_bound(value: str, field: str) -> float:
     return parse_amount(text[:-1] if scale > 1 else text, field) * scale
 
 
+def parse_noise(text: str | None) -> tuple[float, float] | None:
+    """'1.6e6/100' -> (tr Sigma, |G|^2)."""
+    if not text:
+        return None
+    if "/" not in text:
+        raise InputError("gradient-noise", text, "must be TRACE/NORM2, e.g. 1.6e6/100")
+    trace, norm2 = text.split("/", 1)
+    return parse_amount(trace, "gradient-noise"), parse_amount(norm2, "gradient-noise")
+
+
 def parse_days(value: str | None) -> float | None:
     if value is None:
         return None
@@ -186,6 +196,8 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
               help="Grid batches per GPU count: the K largest 2^k or 3x2^k sequences under the critical batch")
 @click.option("--critical-batch-tokens", default=None,
               help="Upper bound on the global batch, tokens (K/M/G powers of two); default: DeepSeek LLM's fitted B_opt(C)")
+@click.option("--gradient-noise", default=None,
+              help="Measured gradient noise TRACE/NORM2 (tr Sigma / |G|^2 per sequence): critical batch B* = TRACE/NORM2 sequences")
 @click.option("--ramp", default=None,
               help="Batch ramp-up BATCH@UNTIL_TOKENS,..., e.g. 4M@252M,8M@2.87T (at each point's layout when it runs them)")
 @click.option("--deadline", default=None, help="Wall-clock limit: 60d, 1440h, 8w")
@@ -202,7 +214,8 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes searching GPU counts in parallel")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write plan.json, plan.csv and plan.png here (atomically)")
-def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, ramp, deadline,
+def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, gradient_noise,
+         ramp, deadline,
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
          workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
@@ -228,8 +241,8 @@ def _positive(value: float | None, field: str) -> float | None:
     return value
 
 
-def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, ramp,
-                  deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
+def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens,
+                  gradient_noise, ramp, deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
                   fix_text, workers, full_space=False, **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
     if seq_len <= 0:
@@ -257,5 +270,5 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         batch_tokens=[parse_tokens_binary(b, "batch-tokens") for b in batch_tokens.split(",")] if batch_tokens else [],
         batches_per_count=batches,
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
-        fleet=fleet, constraints=constraints, learning_rate=learning_rate,
+        gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,
         options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space)

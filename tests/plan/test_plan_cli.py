@@ -48,15 +48,14 @@ def test_seed_young_daly_through_plan():
     assert p["cost_usd"] == pytest.approx(p["gpu_hours"] * load_cluster("dgx-h100").price_usd_per_gpu_hour)
 
 
-def test_llama3_compute_bound_batch_through_plan():
+def test_llama3_compute_bound_batch_through_plan(tmp_path):
     # seed 001 'Параллелизм данных': LLaMA-3 on 16K H100 would need >= 40M tokens of batch to be
     # compute-bound (C/W = 990e12 / 400e9 = 2,475 per GPU); it used 16M
     r = run(["--model", "llama3-405b", "--cluster", "dgx-h100", "--tokens", "15T", "--seq-len", "8192", "--gpus", "16384",
-             "--batch-tokens", "16M"])
+             "--batch-tokens", "16M", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert "compute-bound from 40.5M tokens" in r.output
-    p = run_json(["--model", "llama3-405b", "--cluster", "dgx-h100", "--tokens", "15T", "--seq-len", "8192", "--gpus", "16384",
-                  "--batch-tokens", "16M"])["points"][0]
+    assert "compute-bound from 40.5M tokens" in r.stdout
+    p = json.loads((tmp_path / "plan.json").read_text())["points"][0]
     assert p["compute_bound_batch_tokens"] / 40e6 == pytest.approx(1.0, abs=0.015)
     assert p["global_batch_tokens"] < p["compute_bound_batch_tokens"]  # 16M used < 40M needed
 
@@ -67,17 +66,18 @@ def test_compute_bound_batch_formula_in_json():
     assert p["compute_bound_batch_tokens"] == pytest.approx(1024 * 989.4e12 / 400e9)
 
 
-def test_goodput_trap_through_plan():
+def test_goodput_trap_through_plan(tmp_path):
     # seed 000 'Ловушка: оптимизировать MFU, не учитывая эффективность масштабирования': useful work
     # is N x MFU x goodput, and a linear extrapolation from the small run overstates it by 1/eta
-    r = run(["--model", "gpt2-xl", "--cluster", "dgx-h100", "--tokens", "100B", "--seq-len", "1024", "--gpus", "8,1024"])
+    r = run(["--model", "gpt2-xl", "--cluster", "dgx-h100", "--tokens", "100B", "--seq-len", "1024", "--gpus", "8,1024",
+             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    report = run_json(["--model", "gpt2-xl", "--cluster", "dgx-h100", "--tokens", "100B", "--seq-len", "1024", "--gpus", "8,1024"])
+    report = json.loads((tmp_path / "plan.json").read_text())
     small, large = report["points"]
     eta = (large["tokens_per_second"] / 1024) / (small["tokens_per_second"] / 8)
     assert large["scaling_efficiency"] == pytest.approx(eta)
     assert large["mfu"] == pytest.approx(small["mfu"] * eta, rel=1e-6)  # same batch: MFU_N = MFU_8 x eta
-    line = next(t for t in r.output.splitlines() if t.startswith("linear scaling from 8 GPUs"))
+    line = next(t for t in r.stdout.splitlines() if t.startswith("linear scaling from 8 GPUs"))
     numbers = [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", line.split("MFU x goodput = ")[1])]
     useful_small, useful_large, promised = numbers[:3]
     assert useful_small == pytest.approx(8 * small["mfu"] * small["goodput"], abs=0.5)
@@ -119,6 +119,15 @@ def test_critical_batch_override_and_batch_above_it():
     assert [p["global_batch_tokens"] for p in report["points"]] == [1536 * 1024, 2 * 2**20]  # 192 and 256 sequences
     r = run(SMALL + ["--gpus", "8", "--critical-batch-tokens", "2M", "--batch-tokens", "4M"])
     assert r.exit_code == 1 and r.output.startswith("Error: batch-tokens=4194304: exceeds the critical batch")
+
+
+def test_gradient_noise_critical_batch():
+    # seed 000 'Критический размер батча', control question: tr(Sigma) = 1.6e6, |mu|^2 = 100 ->
+    # B* = 16,000 examples; the proposed 8,192 (64 x 4 x 32) stays below it
+    report = run_json(SMALL[:-2] + ["--seq-len", "2048", "--gpus", "64", "--gradient-noise", "1.6e6/100", "--checkpoint-write-seconds", "60"])
+    assert report["critical_batch_tokens"] == pytest.approx(16_000 * 2048)
+    assert "16,000 sequences" in report["critical_batch_source"]
+    assert 8192 * 2048 < report["points"][0]["global_batch_tokens"] <= 16_000 * 2048
 
 
 def test_learning_rate_rules_through_plan():
@@ -166,6 +175,7 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "1T", "--gpus", "64:8"], "Error: gpus='64:8': the range must run from the smaller count to the larger"),
     (["--tokens", "1T", "--gpus", "12"], "Error: gpus=12: must be a multiple of gpus_per_node=8"),
     (["--tokens", "1T", "--ramp", "4M"], "Error: ramp='4M': each step is BATCH@UNTIL_TOKENS"),
+    (["--tokens", "1T", "--gradient-noise", "5"], "Error: gradient-noise='5': must be TRACE/NORM2"),
     (["--tokens", "1T", "--lr0", "1e-3"], "Error: batch0=None: give both --lr0 and --batch0"),
     (["--tokens", "1T", "--mtbf-hours-per-gpu", "-1"], "Error: mtbf-hours-per-gpu=-1.0: must be a positive, finite number"),
 ])
