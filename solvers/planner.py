@@ -124,7 +124,8 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
     out: list[tuple[int, list[tuple[Plan, Estimate]] | str]] = []
     for batch in batches:
         training = TrainingSpec(seq_len=seq_len, global_batch_size=batch // seq_len, precision=precision)
-        # exhaustive: the oracle; per-point spaces stay at a few million rows, where it is the faster solver
+        # exhaustive, the oracle: on these spaces it is also the faster solver (DeepSeek-V3 on 2,048
+        # H800, 1.7M plans: 37 s against 355 s for CP-SAT on this machine)
         request = SearchRequest(model, cluster, training, Objective.throughput, TOP_K, "exhaustive", options, params,
                                 candidates=candidates)
         try:
@@ -157,6 +158,9 @@ def run_plan(req: PlanRequest) -> PlanReport:
             raise InputError("batch-tokens", b, f"must be a multiple of seq-len={req.seq_len}")
         if b > cap:
             raise InputError("batch-tokens", b, f"exceeds the critical batch {cap:,.0f} tokens ({source})")
+    for b, _ in (req.fleet.ramp if req.fleet else ()):
+        if b > cap:
+            raise InputError("ramp", b, f"batch exceeds the critical batch {cap:,.0f} tokens ({source})")
     clusters = [req.cluster.with_gpus(n) for n in sorted(set(req.gpu_counts))]
     fleet = req.fleet or FleetInputs(req.cluster.mtbf_hours_per_gpu, None, req.cluster.restart_seconds)
     points = []
