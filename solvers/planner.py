@@ -48,9 +48,10 @@ class PlanRequest:
     tokens: float
     gpu_counts: list[int]
     batch_tokens: list[int] = field(default_factory=list)  # explicit batches; empty: the grid below the critical batch
-    # one: a larger batch under the cap is never slower in the step model (step = m t_max + fill +
-    # fixed, autopar.cost.compose: the bubble and the per-step collectives amortise over more
-    # micro-batches), so the largest grid batch is each count's candidate; more show the trade
+    # one: for a layout that runs both, a larger batch is never slower in the step model (step =
+    # m t_max + fill + fixed, autopar.cost.compose: the bubble and the per-step collectives amortise
+    # over more micro-batches), and the grid's 2^k / 3 x 2^k batches divide over power-of-two DP
+    # degrees, so the largest grid batch is each count's candidate; more show the trade
     batches_per_count: int = 1
     critical_batch_tokens: float | None = None  # override of the scaling law
     gradient_noise: tuple[float, float] | None = None  # measured (tr Sigma, |G|^2) per example: B* = tr / |G|^2
