@@ -32,7 +32,7 @@ from solvers.search import NoFeasiblePlan, SearchRequest, run_search
 
 TOP_K = 20  # layouts kept per point: the first that also runs every ramp-up batch is priced
 # The grid pins two placement details to Megatron-LM's defaults: they multiply the space (the
-# DeepSeek-V3 point on 2,048 H800 has 4.9M plans, 1.0M with the pins) but not the answer this
+# DeepSeek-V3 point on 2,048 H800 has 4.6M plans, 0.9M with the pins) but not the answer this
 # planner gives -- the best layouts of the LLaMA-3 405B / 16,384 H100 and DeepSeek-V3 / 2,048
 # H800 points are the same plans with and without them (measured; tests/plan/test_planner.py
 # checks a smaller case). `autopar search` at the chosen point ranks them; --full-space lifts the pins.
