@@ -11,7 +11,7 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import kv_heads_per_rank
-from autopar.cost.moe import dispatch_seconds, expert_load_factor, moe_elementwise_bytes, routed_tokens
+from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
 
@@ -152,9 +152,10 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
     f = layer_forward(batch, index)
     w = batch.wgrad
     # EP dispatch and combine run forward and backward; with ep_overlap (Megatron 1F1B A2A
-    # overlap, DualPipe) another micro-batch's compute of this layer hides them
+    # overlap, DualPipe) another micro-batch's compute of this layer hides them, but while they
+    # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed)
     compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"]
-    ep_exposed = np.where(batch.tab.ep_overlap == 1, np.maximum(0.0, 2 * f["ep"] - compute), 2 * f["ep"])
+    ep_exposed = np.where(batch.tab.ep_overlap == 1, overlap_exposed(batch, 2 * f["ep"], compute), 2 * f["ep"])
     f["ep"] = ep_exposed / 2
     layer_fwd = f["gemm"] + f["attn"] + f["elem"] + f["tp"] + f["cp"] + f["ep"]
     return {

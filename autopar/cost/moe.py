@@ -87,3 +87,12 @@ def dispatch_seconds(batch, moe_tokens, load: float):
     seconds = np.select([code == DISPATCHER.index(Dispatcher.deepep), code == DISPATCHER.index(Dispatcher.allgather)],
                         [deep, allgather], default=a2a)
     return np.where(ep > 1, seconds + latency, 0.0)
+
+
+def overlap_exposed(batch, comm_seconds, compute_seconds):
+    """Seconds a communication overlapped with compute still costs: what outlasts the compute,
+    plus the compute slowed while the communication kernels hold SMs (DeepEP's normal kernels
+    take a set number of SMs; the compute beside them runs on the rest)."""
+    sms = batch.cluster.gpu.num_sms
+    share = min(1.0, batch.params.moe.dispatch_sms / sms) if sms else 0.0
+    return np.maximum(0.0, comm_seconds - compute_seconds) + share / (1 - share) * np.minimum(comm_seconds, compute_seconds)

@@ -52,6 +52,7 @@ class StepResult:
     stage_rest_seconds: np.ndarray | None = None
     memory_fixed_stage: np.ndarray | None = None
     memory_per_microbatch_stage: np.ndarray | None = None
+    pp_hop_seconds: np.ndarray | None = None  # one activation send between pipeline stages, per plan
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -85,7 +86,7 @@ def evaluate(batch: Batch) -> StepResult:
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
-                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)))
+                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)), np.zeros(n))
     for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
@@ -148,7 +149,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
 
     stage_seconds = stage_compute + parts["fsdp_comm"]
     mb = b.microbatches.astype(float)
-    pipeline = pipeline_seconds(stage_seconds, mb, t.vpp, t.schedule)
+    pipeline = pipeline_seconds(stage_seconds, mb, t.vpp, t.schedule, t.pp, np.where(t.pp > 1, hop, 0.0))
     crit = stage_seconds.argmax(axis=1)
     pick = lambda x: np.take_along_axis(np.broadcast_to(x, stage_seconds.shape), crit[:, None], axis=1)[:, 0]  # noqa: E731
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
@@ -176,6 +177,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     out.worst_stage[rows] = worst
     out.critical_stage[rows] = crit
     out.pipeline_seconds[rows] = pipeline
+    out.pp_hop_seconds[rows] = np.where(t.pp > 1, hop, 0.0)
     t_max = stage_seconds.max(axis=1)
     out.stage_max_seconds[rows] = t_max
     out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max

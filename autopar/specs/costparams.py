@@ -109,6 +109,7 @@ class MemoryParams(_Strict):
 
 class MoeParams(_Strict):
     learned_load_imbalance: float = Field(ge=1, description="Learned (dropless) routing: tokens at the busiest expert-parallel rank over the mean")
+    dispatch_sms: int = Field(gt=0, description="SMs the token dispatch and combine kernels hold while they run beside compute")
 
 
 class CostParams(_Strict):

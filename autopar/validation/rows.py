@@ -256,6 +256,8 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         dp = (row.get("num_gpus") or 1) // (tp * pp * fields["cp"])
         if (dp * fields["cp"] * tp) % (fields["ep"] * tp):  # expert TP = TP does not fit: the row folded experts
             open_choices.append("etp")
+    if row.get("vpp") is None and pp > 1 and "schedule" not in fields and "layout" not in fields:
+        open_choices.append("vpp")
     recompute = _recompute(row)
     if recompute is None:
         open_choices.append("recompute")
