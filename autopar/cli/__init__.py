@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                  "and the NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."),
     "emit": ("autopar.cli.emit", "Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`)."),
     "estimate": ("autopar.cli.estimate", "Predict step time, throughput, MFU and memory of one plan."),
+    "plan": ("autopar.cli.plan", "From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."),
     "search": ("autopar.cli.search", "Search the plan space and rank the fastest (or cheapest) plans that fit."),
     "sweep": ("autopar.cli.sweep", "Run a sweep of searches (models x clusters x GPUs x sequence lengths x batches)."),
     "tune": ("autopar.cli.tune", "Refine the best predicted plans against measured step times (Optuna study)."),
