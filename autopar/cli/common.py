@@ -57,7 +57,7 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
     except ValueError:
         raise InputError(field, value, "must be a number with an optional K/M/G/T or Ki/Mi/Gi suffix") from None
     if not math.isfinite(result):
-        raise InputError(field, value, "must be a finite number")
+        raise InputError(field, value, "must be a positive, finite number")
     if result <= 0 or result != int(result):
         raise InputError(field, value, "must be a positive whole number")
     if maximum is not None and result > maximum:

@@ -351,8 +351,26 @@ def test_calibrate(data):
         check_fails_in_one_line(args, f"calibrate {sub}")
 
 
+PLAN_BAD_OPTIONS = {
+    "--tokens": ["nan", "inf", "0", "-1", "x", "1e400", ""], "--seq-len": ["0", "-1", "x", "16777217"],
+    "--gpus": ["0", "x", "8:4", "nan", "1e12", "8,x", "-8"], "--batch-tokens": ["nan", "x", "0", "-4M", "1e400"],
+    "--batches": ["0", "-1", "x"], "--deadline": ["x", "-1d", "0d", "nanw"], "--budget": ["x", "-5M", "$", "nan"],
+    "--mtbf-hours-per-gpu": ["nan", "-1", "0", "x", "inf"], "--workers": ["0", "-1", "x"], "--ramp": ["x", "4M@", "@1T", "nan@1T"],
+    "--precision": ["fp3"], "--objective": ["speed"], "--fix": ["tp=3,tp=3", "warp=1", "tp=x"], "--model": ["nope", "/dev/zero"],
+}
+
+
+@FUZZ
+@given(data=st.data())
+def test_plan(data):
+    option = data.draw(st.sampled_from(sorted(PLAN_BAD_OPTIONS)))
+    base = {"--model": "gpt2-xl", "--cluster": "dgx-h100", "--tokens": "1B", "--seq-len": "1024", "--gpus": "8"}
+    base[option] = data.draw(st.sampled_from(PLAN_BAD_OPTIONS[option]))
+    check_fails_in_one_line(["plan", *[x for kv in base.items() for x in kv]], "plan")
+
+
 def test_zz_counts():
     """The closing count per command (printed with -s; issue 12 asks for >= 300 in all)."""
     print("\nfuzz inputs per command:", dict(sorted(COUNTS.items())), "total", sum(COUNTS.values()))
-    if len(COUNTS) >= 9:
+    if len(COUNTS) >= 11:
         assert sum(COUNTS.values()) >= 300
