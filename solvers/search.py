@@ -23,6 +23,7 @@ from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
 from solvers import cpsat, exhaustive
 from solvers.base import Objective, Ranking
+from solvers.stage_search import PerStageOptions, per_stage_plans
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
 
@@ -41,6 +42,7 @@ class SearchRequest:
     solver: str = "auto"
     options: SpaceOptions = field(default_factory=SpaceOptions)
     params: CostParams | None = None
+    per_stage: PerStageOptions | None = None  # None: no per-stage solves (solvers.stage_search)
 
 
 @dataclass
@@ -79,9 +81,12 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
     top_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, top)
     result = evaluate(top_batch)
     plans = [RankedPlan(plan=top.plan(i), estimate=to_estimate(top_batch, result, i)) for i in range(len(top))]
+    per_stage = None
+    if req.per_stage is not None:
+        plans, per_stage = per_stage_plans(batch, ranking, plans, req.top_k, req.per_stage)
     seconds = time.perf_counter() - start
     info = SearchInfo(solver=ranking.solver, seconds=seconds, num_feasible=ranking.num_feasible,
-                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal)
+                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal, per_stage=per_stage)
     results = Results(autopar_version=__version__, inputs=Inputs(model=req.model, cluster=req.cluster, training=req.training),
                       plans=plans, search=info)
     return SearchOutput(results, ranking, batch, seconds)

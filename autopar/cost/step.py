@@ -51,6 +51,14 @@ class StepResult:
     stage_rest_seconds: np.ndarray | None = None
     memory_fixed_stage: np.ndarray | None = None
     memory_per_microbatch_stage: np.ndarray | None = None
+    # per plan x stage (padded with 0 like the above): per-micro-batch seconds, the stage's
+    # exposed DP and optimizer-step seconds (the step takes the max of each over stages), its
+    # peak memory bytes and its fully recomputed layers (solvers.stages, Estimate.stages)
+    stage_seconds: np.ndarray | None = None
+    stage_dp_seconds: np.ndarray | None = None
+    stage_optimizer_seconds: np.ndarray | None = None
+    stage_memory_bytes: np.ndarray | None = None
+    stage_recomputed_layers: np.ndarray | None = None
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -84,7 +92,8 @@ def evaluate(batch: Batch) -> StepResult:
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
-                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)))
+                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)),
+                     *(np.zeros((n, p_max)) for _ in range(5)))
     for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
@@ -147,12 +156,14 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
     # stages with the same layers, embedding and output layers reduce the same gradients
-    _, same = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True)
-    time["dp_comm"] = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same]).max(axis=1)
+    _, same, back = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True, return_inverse=True)
+    dp_stage = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same])[:, back.ravel()]
+    time["dp_comm"] = dp_stage.max(axis=1)
     trained = 0.0 if tr.frozen_weights else 1.0
     shard_d = np.where(col(t.zero) >= 1, col(b.zero_shard), 1)
     shard_r = np.where(col(t.zero) >= 1, col(b.expert_dp), 1)
-    time["optimizer_step"] = trained * b.hbm_seconds((dense / shard_d + routed / shard_r) * prm.memory.optimizer_bytes_moved_per_param).max(axis=1)
+    opt_stage = trained * b.hbm_seconds((dense / shard_d + routed / shard_r) * prm.memory.optimizer_bytes_moved_per_param)
+    time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
     mem, fixed, per_mb = _memory(b, layout, kinds, counts, n_layers, k_rec, dense, routed)
@@ -174,6 +185,9 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max
     out.memory_fixed_stage[np.ix_(rows, np.arange(P))] = fixed
     out.memory_per_microbatch_stage[np.ix_(rows, np.arange(P))] = per_mb
+    for field_, value in ((out.stage_seconds, stage_seconds), (out.stage_dp_seconds, dp_stage), (out.stage_optimizer_seconds, opt_stage),
+                          (out.stage_memory_bytes, totals), (out.stage_recomputed_layers, k_rec)):
+        field_[np.ix_(rows, np.arange(P))] = value
     out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * flops.sum(axis=1)
     ranks = layout.rank_decoders()
     for r in rows:

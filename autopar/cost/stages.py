@@ -1,0 +1,227 @@
+"""Per-stage costs of one core plan, tabulated from the cost model (the data of the per-stage
+solver, solvers.stages).
+
+A *core* is a plan without its pipeline layout, per-stage recompute counts, vpp and schedule.
+For a fixed core, each pipeline rank's per-micro-batch seconds, exposed DP seconds, optimizer
+seconds and memory (the bytes that do not scale with in-flight micro-batches, and one
+micro-batch's activations) depend on that rank's decoder layers L and fully recomputed layers R
+only, and the step and the peak memory combine them as
+
+    step   = pipeline(stage seconds; m, vpp, schedule) + max_r dp_r + max_r optimizer_r + constant
+    memory = max_r (fixed_r + held_r x per_microbatch_r) (1 + fragmentation) + reserve
+
+(autopar.cost.step; held_r: the micro-batches rank r holds, autopar.cost.memory). Rather than
+restating the cost model's formulas, sample_stages evaluates plans with explicit layouts so that
+every rank sees every (L, R) of its domain, reads the per-stage arrays of the result, and checks
+what the solvers rely on: a (rank, L, R) costs the same in every layout it was sampled in, and
+the composition above reproduces every sample's step and stage memory. A physics change that
+breaks either raises StageModelError instead of producing a wrong table.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.cost.estimate import make_batch
+from autopar.cost.memory import in_flight_microbatches
+from autopar.cost.pipeline import pipeline_seconds
+from autopar.cost.step import evaluate
+from autopar.cost.table import SCHEDULE
+from autopar.specs.costparams import CostParams
+from autopar.specs.hardware import ClusterSpec
+from autopar.specs.layout import PipelineLayout
+from autopar.specs.model import ModelSpec
+from autopar.specs.plan import Plan, Recompute, Schedule
+from autopar.specs.training import TrainingSpec
+
+SEPARABLE_RTOL = 1e-9  # relative spread allowed between samples of one (rank, L, R), and in the composition
+VALUES = ("seconds", "dp_seconds", "optimizer_seconds", "memory_fixed_bytes", "memory_per_microbatch_bytes")
+
+
+class StageModelError(Exception):
+    """The cost model's per-stage terms are not what the per-stage solver assumes (not separable
+    by rank, or not composed as the module docstring states): the solver declines the core."""
+
+
+@dataclass
+class StageTable:
+    """Per rank r, layers L and recomputed layers R: arrays [r, L, R] of each of VALUES (NaN
+    outside the sampled domain), the step's constant seconds, and what was sampled."""
+
+    core: Plan
+    num_layers: int
+    mtp_layers: int
+    microbatches: int
+    lo: list[int]
+    hi: list[int]
+    recompute: bool  # R may be > 0 (full recompute per stage); False: R = 0 only
+    values: dict[str, np.ndarray]
+    constant_seconds: float
+    num_layouts: int
+    num_samples: int
+    seconds_taken: float
+
+    @property
+    def pp(self) -> int:
+        return len(self.lo)
+
+
+def rank_chunks(layers: int, vpp: int) -> list[int]:
+    """A rank's layers over its vpp chunks, larger chunks first (so chunk 0 of the first rank
+    holds a first-k-dense prefix whenever the rank holds (k-1) vpp + 1 layers or more)."""
+    base, extra = divmod(layers, vpp)
+    return [base + (1 if c < extra else 0) for c in range(vpp)]
+
+
+def rank_layout(ranks: list[int], vpp: int, mtp_layers: int) -> PipelineLayout:
+    """The pipeline layout with these decoder layers per rank (MTP on the last virtual stage)."""
+    pp = len(ranks)
+    chunks = [rank_chunks(n, vpp) for n in ranks]
+    decoders = tuple(chunks[j % pp][j // pp] for j in range(pp * vpp))
+    mtp = [0] * (pp * vpp)
+    mtp[-1] = mtp_layers
+    return PipelineLayout(pp, decoders, tuple(mtp))
+
+
+def schedule_index(schedule: Schedule) -> int:
+    return SCHEDULE.index(schedule)
+
+
+def held_microbatches(pp: int, microbatches: int, vpp: int, schedule: Schedule) -> np.ndarray:
+    """Micro-batches whose activations each rank holds at its peak (autopar.cost.memory)."""
+    return np.asarray(in_flight_microbatches(np.arange(pp), pp, microbatches, vpp, schedule_index(schedule)), dtype=float)
+
+
+def stage_memory_bytes(fixed: np.ndarray, per_microbatch: np.ndarray, held: np.ndarray, params: CostParams) -> np.ndarray:
+    """Peak bytes of a stage from its two memory parts (as autopar.cost.compose composes them)."""
+    return (fixed + per_microbatch * held) * (1 + params.memory.fragmentation) + params.memory.reserve_bytes
+
+
+def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule) -> tuple[float, float]:
+    """(a, b) with pipeline time = a max_r t_r + b (sum_r t_r - max_r t_r), read off the cost
+    model's pipeline_seconds with probe stage times, and checked on a third probe."""
+    code = np.asarray([schedule_index(schedule)])
+    run = lambda t: float(pipeline_seconds(np.asarray([t], dtype=float), np.asarray([microbatches]), np.asarray([vpp]), code)[0])  # noqa: E731
+    a = run([1.0, 0.0])
+    b = run([1.0, 1.0]) - a
+    probe = run([3.0, 1.0, 2.0])
+    if abs(probe - (3 * a + 3 * b)) > SEPARABLE_RTOL * max(1.0, abs(probe)):
+        raise StageModelError(f"pipeline time of schedule {schedule.value} is not a max + rest composition")
+    return a, b
+
+
+def cover_layouts(total: int, lo: list[int], hi: list[int]) -> list[list[int]]:
+    """Rank layer vectors (each summing to total, within [lo, hi]) in which every rank takes
+    every value it can take in some legal vector. Each round pins uncovered values, large and
+    small in turn so the sum stays near total, then moves the other ranks to meet it."""
+    P = len(lo)
+    span_lo, span_hi = sum(lo), sum(hi)
+    if not span_lo <= total <= span_hi:
+        raise StageModelError(f"{total} layers do not fit {P} stages within {lo}..{hi}")
+    want = [set(range(max(lo[r], total - span_hi + hi[r]), min(hi[r], total - span_lo + lo[r]) + 1)) for r in range(P)]
+    out: list[list[int]] = []
+    while any(want):
+        vec, excess = [], 0.0
+        for r in range(P):
+            mean = (total - sum(vec)) / (P - r)
+            if want[r]:
+                pick = min(want[r]) if excess > 0 else max(want[r])
+            else:
+                pick = min(max(round(mean), lo[r]), hi[r])
+            vec.append(pick)
+            excess += pick - total / P
+        anchor = next(r for r in range(P) if vec[r] in want[r])
+        order = [r for r in range(P) if vec[r] not in want[r]] + [r for r in range(P - 1, -1, -1) if vec[r] in want[r] and r != anchor]
+        for r in order:
+            need = total - sum(vec)
+            if need == 0:
+                break
+            vec[r] = min(max(vec[r] + need, lo[r]), hi[r])
+        out.append(vec)
+        for r in range(P):
+            want[r].discard(vec[r])
+    return out
+
+
+def _sample_plans(core: Plan, vectors: list[list[int]], mtp_layers: int, recompute: bool) -> tuple[list[Plan], np.ndarray]:
+    """The sampled plans (vpp = 1, 1F1B) and each one's layers per rank. Each layout is costed
+    with every recompute count at once (one layout group of the batch cost model)."""
+    base = Plan.model_validate({**core.model_dump(), "vpp": 1, "schedule": Schedule.one_f_one_b, "first_stage_layers": None,
+                                "last_stage_layers": None, "recompute_num_layers": None, "stage_recompute_layers": None,
+                                "layout": None, "recompute": Recompute.full if recompute else core.recompute})
+    plans, layers = [], []
+    for vec in vectors:
+        layout = rank_layout(vec, 1, mtp_layers).text()  # canonical text: no re-validation needed
+        for k in range(max(vec) + 1) if recompute else [None]:
+            update: dict = {"layout": layout}
+            if k is not None:
+                update["stage_recompute_layers"] = (k,) * len(vec)
+            plans.append(base.model_copy(update=update))
+            layers.append(vec)
+    return plans, np.asarray(layers, dtype=int)
+
+
+def sample_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, params: CostParams, core: Plan,
+                  lo: list[int], hi: list[int], recompute: bool) -> StageTable:
+    """Tabulate every rank's per-stage values over its (L, R) domain from the cost model;
+    recompute=False keeps the core's own recompute mode with R = 0 (none or selective)."""
+    start = time.perf_counter()
+    vectors = cover_layouts(model.num_layers, lo, hi)
+    plans, layers = _sample_plans(core, vectors, model.mtp_num_layers, recompute)
+    batch = make_batch(model, cluster, training, plans, params)
+    res = evaluate(batch)
+    P, H = len(lo), max(hi) + 1
+    m = int(batch.microbatches[0])
+    arrays = {"seconds": res.stage_seconds, "dp_seconds": res.stage_dp_seconds, "optimizer_seconds": res.stage_optimizer_seconds,
+              "memory_fixed_bytes": res.memory_fixed_stage, "memory_per_microbatch_bytes": res.memory_per_microbatch_stage}
+    rec = np.rint(res.stage_recomputed_layers[:, :P]).astype(int)
+    values = {k: np.full((P, H, H), np.nan) for k in VALUES}
+    for name, arr in arrays.items():
+        sampled = arr[:, :P]
+        for r in range(P):
+            key = layers[:, r] * H + rec[:, r]
+            hi_v = np.full(H * H, -np.inf)
+            lo_v = np.full(H * H, np.inf)
+            np.maximum.at(hi_v, key, sampled[:, r])
+            np.minimum.at(lo_v, key, sampled[:, r])
+            seen = np.isfinite(hi_v)
+            if np.any(hi_v[seen] - lo_v[seen] > SEPARABLE_RTOL * np.maximum(1.0, np.abs(hi_v[seen]))):
+                raise StageModelError(f"{name} of stage {r} depends on the other stages' layers (not separable)")
+            values[name][r].reshape(-1)[seen] = hi_v[seen]
+    constant = _check_composition(res, P, m, params)
+    return StageTable(core, model.num_layers, model.mtp_num_layers, m, list(lo), list(hi), recompute, values, constant,
+                      len(vectors), len(plans), time.perf_counter() - start)
+
+
+def _check_composition(res, P: int, m: int, params: CostParams) -> float:
+    """The step's constant part; raises when the samples are not composed as documented."""
+    a, b = pipeline_coefficients(m, 1, Schedule.one_f_one_b)
+    t = res.stage_seconds[:, :P]
+    pipeline = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1))
+    constant = res.step_seconds - pipeline - res.stage_dp_seconds[:, :P].max(axis=1) - res.stage_optimizer_seconds[:, :P].max(axis=1)
+    if np.ptp(constant) > SEPARABLE_RTOL * res.step_seconds.max():
+        raise StageModelError("the step is not pipeline + max DP + max optimizer + a constant")
+    held = held_microbatches(P, m, 1, Schedule.one_f_one_b)
+    memory = stage_memory_bytes(res.memory_fixed_stage[:, :P], res.memory_per_microbatch_stage[:, :P], held, params)
+    if np.any(np.abs(memory - res.stage_memory_bytes[:, :P]) > SEPARABLE_RTOL * res.stage_memory_bytes[:, :P]):
+        raise StageModelError("stage memory is not fixed + held x per-micro-batch activations")
+    return float(constant.mean())
+
+
+def compose(table: StageTable, layers: np.ndarray, recomputed: np.ndarray, vpp: int, schedule: Schedule,
+            params: CostParams) -> tuple[np.ndarray, np.ndarray]:
+    """(step seconds, peak memory bytes) of many (L, R) rank vectors (rows) under one vpp and
+    schedule, from the table; NaN where a vector leaves the sampled domain."""
+    P = table.pp
+    r = np.arange(P)[None, :]
+    v = {k: table.values[k][r, layers, recomputed] for k in VALUES}
+    a, b = pipeline_coefficients(table.microbatches, vpp, schedule)
+    t = v["seconds"]
+    step = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1)) + v["dp_seconds"].max(axis=1) \
+        + v["optimizer_seconds"].max(axis=1) + table.constant_seconds
+    held = held_microbatches(P, table.microbatches, vpp, schedule)
+    memory = stage_memory_bytes(v["memory_fixed_bytes"], v["memory_per_microbatch_bytes"], held, params).max(axis=1)
+    return step, memory
