@@ -115,31 +115,30 @@ def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule) -> tu
 
 def cover_layouts(total: int, lo: list[int], hi: list[int]) -> list[list[int]]:
     """Rank layer vectors (each summing to total, within [lo, hi]) in which every rank takes
-    every value it can take in some legal vector. Each round pins uncovered values, large and
-    small in turn so the sum stays near total, then moves the other ranks to meet it."""
+    every value it can take in some legal vector. Each round picks, by dynamic programming over
+    (rank, layers so far), a vector with the most values not yet covered, extreme values first
+    (middle values pair up easily later), so about one round per value of the widest rank."""
     P = len(lo)
-    span_lo, span_hi = sum(lo), sum(hi)
-    if not span_lo <= total <= span_hi:
+    if not sum(lo) <= total <= sum(hi):
         raise StageModelError(f"{total} layers do not fit {P} stages within {lo}..{hi}")
-    want = [set(range(max(lo[r], total - span_hi + hi[r]), min(hi[r], total - span_lo + lo[r]) + 1)) for r in range(P)]
+    want = [set(range(max(lo[r], total - sum(hi) + hi[r]), min(hi[r], total - sum(lo) + lo[r]) + 1)) for r in range(P)]
     out: list[list[int]] = []
     while any(want):
-        vec, excess = [], 0.0
+        # gain[r][s]: most new values ranks r.. can cover holding s layers (-inf: impossible)
+        gain = np.full((P + 1, total + 1), -np.inf)
+        gain[P, 0] = 0.0
+        for r in range(P - 1, -1, -1):
+            for v in range(lo[r], min(hi[r], total) + 1):
+                shifted = np.full(total + 1, -np.inf)
+                shifted[v:] = gain[r + 1, : total + 1 - v] + (v in want[r])
+                np.maximum(gain[r], shifted, out=gain[r])
+        vec, left = [], total
         for r in range(P):
-            mean = (total - sum(vec)) / (P - r)
-            if want[r]:
-                pick = min(want[r]) if excess > 0 else max(want[r])
-            else:
-                pick = min(max(round(mean), lo[r]), hi[r])
-            vec.append(pick)
-            excess += pick - total / P
-        anchor = next(r for r in range(P) if vec[r] in want[r])
-        order = [r for r in range(P) if vec[r] not in want[r]] + [r for r in range(P - 1, -1, -1) if vec[r] in want[r] and r != anchor]
-        for r in order:
-            need = total - sum(vec)
-            if need == 0:
-                break
-            vec[r] = min(max(vec[r] + need, lo[r]), hi[r])
+            mid = (lo[r] + hi[r]) / 2
+            v = max((v for v in range(lo[r], min(hi[r], left) + 1) if gain[r + 1, left - v] > -np.inf),
+                    key=lambda v: (gain[r + 1, left - v] + (v in want[r]), v in want[r], abs(v - mid), -v))
+            vec.append(v)
+            left -= v
         out.append(vec)
         for r in range(P):
             want[r].discard(vec[r])
