@@ -22,6 +22,7 @@ from solvers.stages import StageSolution, bounds, core_of, solve_core
 DEFAULT_CORES = 8
 DEFAULT_SECONDS = 5.0
 _FULL, _NONE = RECOMPUTE.index(Recompute.full), RECOMPUTE.index(Recompute.none)
+SOLVED = ("OPTIMAL", "FEASIBLE", "BALANCED")  # statuses with a plan that fits and re-costs as predicted
 _LAYOUT_COLUMNS = ("recompute_layers", "first", "last", "layout", "rc_stages")
 
 
@@ -112,12 +113,12 @@ def per_stage_plans(batch: Batch, ranking: Ranking, plans: list[RankedPlan], top
     solves = []
     for i, sol in enumerate(solutions):
         est = to_estimate(sub, result, i)
-        ok = sol.estimate is not None and sol.status in ("OPTIMAL", "FEASIBLE")
-        solves.append(StageSolve(plan=sol.plan.text() if ok else None, balanced_plan=est.plan,
+        ok = sol.estimate is not None and sol.status in SOLVED
+        solves.append(StageSolve(plan=sol.plan.text() if ok else None, balanced_plan=est.plan, balanced_fits=est.feasible,
                                  step_seconds=sol.estimate.step_seconds if ok else None, balanced_step_seconds=est.step_seconds,
                                  status=sol.status, gap=sol.gap if ok else None, seconds=sol.solve_seconds,
                                  agreement=sol.agreement if sol.estimate is not None else None, reason=sol.reason))
-    found = [RankedPlan(plan=s.plan, estimate=s.estimate) for s in solutions if s.estimate is not None and s.status in ("OPTIMAL", "FEASIBLE")]
+    found = [RankedPlan(plan=s.plan, estimate=s.estimate) for s in solutions if s.estimate is not None and s.status in SOLVED]
     merged, seen = [], set()
     for rp in sorted(found + plans, key=lambda rp: rp.estimate.step_seconds):  # stable: per-stage first on ties
         if rp.estimate.plan not in seen:

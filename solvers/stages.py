@@ -223,13 +223,13 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     empty = StageSolution(sc, "INFEASIBLE", [], [], None, math.nan, math.nan, 0.0, reason="no stage layout fits in HBM")
     if built is None:
         empty.solve_seconds = time.perf_counter() - start
-        return empty
+        return keep_balanced(empty, model, cluster, training, params)
     cp, chosen, options, q = built
     solver, status = solve_model(cp, time_limit_seconds)
     name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         empty.status, empty.reason, empty.solve_seconds = name, f"CP-SAT {name}", time.perf_counter() - start
-        return empty
+        return keep_balanced(empty, model, cluster, training, params)
     picks = [options[r][next(k for k, x in enumerate(xs) if solver.boolean_value(x))] for r, xs in enumerate(chosen)]
     layers, recomputed = [o[0] for o in picks], [o[1] for o in picks]
     step, _ = compose(table, np.asarray([layers]), np.asarray([recomputed]), sc.vpp, sc.schedule, params)
@@ -237,7 +237,40 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     sol = StageSolution(sc, name, layers, recomputed, stage_plan(sc, layers, recomputed, model), float(step[0]), gap,
                         time.perf_counter() - start)
     _check(sol, model, cluster, training, params)
-    return sol
+    return keep_balanced(sol, model, cluster, training, params)
+
+
+def outside_bounds(model: ModelSpec, sc: StageCore) -> str:
+    """Why the balanced split of the core is not in the per-stage domain ('' when it is)."""
+    lo, hi = bounds(model, sc.core.pp, sc.vpp)
+    layout = balanced_layout(model.num_layers, sc.core.pp, sc.vpp, model.mtp_num_layers)
+    k = dense_prefix(model)
+    if k and layout.decoders[0] < k:
+        return f"its first virtual stage holds {layout.decoders[0]} of the {k} dense layers"
+    if any(not a <= n <= b for n, a, b in zip(layout.rank_decoders(), lo, hi)):
+        return f"its stages hold {layout.rank_decoders()} layers, outside {lo}..{hi}"
+    return ""
+
+
+def keep_balanced(sol: StageSolution, model, cluster, training, params) -> StageSolution:
+    """When the balanced split lies outside the per-stage domain, the better of the solution
+    and the core's balanced plans (no recompute, full recompute): status BALANCED when the
+    balanced plan wins, so per-stage never returns a plan slower than the balanced one."""
+    why = outside_bounds(model, sol.core)
+    if not why:
+        return sol
+    base = sol.core.core.model_copy(update={"vpp": sol.core.vpp, "schedule": sol.core.schedule})
+    modes = [Recompute.none, Recompute.full] if sol.core.recompute_free else [base.recompute]
+    costed = [(r, estimate(model, cluster, training, base.model_copy(update={"recompute": r}), params)) for r in modes]
+    fits = [(r, e) for r, e in costed if e.feasible]
+    if not fits:
+        return sol
+    mode, best = min(fits, key=lambda re: re[1].step_seconds)
+    if sol.estimate is not None and sol.status in ("OPTIMAL", "FEASIBLE") and sol.step_seconds <= best.step_seconds:
+        return sol
+    return StageSolution(sol.core, "BALANCED", [s.layers for s in best.stages], [s.recompute_layers for s in best.stages],
+                         base.model_copy(update={"recompute": mode}), best.step_seconds, 0.0, sol.solve_seconds, best, 0.0,
+                         reason=f"kept the balanced plan: {why} (per-stage domain: dense layers in the first virtual stage)")
 
 
 def _check(sol: StageSolution, model, cluster, training, params) -> None:

@@ -125,11 +125,12 @@ def _per_stage_line(info) -> str:
         return "per-stage: off"
     found = [s for s in info.solves if s.step_seconds is not None]
     proved = sum(s.status == "OPTIMAL" for s in found)
+    compared = [s for s in found if s.balanced_fits]
     head = (f"per-stage: {len(info.solves)} cores in {info.seconds:.2f} s ({proved} proved optimal, "
             f"{len(info.solves) - len(found)} without a plan that fits, {info.cores_skipped} skipped by the time budget)")
-    if not found:
+    if not compared:
         return head
-    top = min(found, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))
+    top = min(compared, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))
     return head + (f"; largest gain {100 * (top.step_seconds / top.balanced_step_seconds - 1):+.1f}% "
                    f"({top.balanced_step_seconds:.3f} s balanced -> {top.step_seconds:.3f} s per-stage: {top.plan})")
 

@@ -38,7 +38,9 @@ class StageSolve(BaseModel):
     balanced_plan: str = Field(description="The enumeration's best plan of this core")
     step_seconds: float | None = Field(description="Predicted step of the per-stage plan, seconds")
     balanced_step_seconds: float = Field(description="Predicted step of balanced_plan, seconds")
-    status: str = Field(description="OPTIMAL (proved) | FEASIBLE (gap > 0) | INFEASIBLE | UNKNOWN | REFUSED")
+    balanced_fits: bool = Field(description="balanced_plan fits in memory (false: a core taken because it would be fast if it fit)")
+    status: str = Field(description="OPTIMAL (proved) | FEASIBLE (gap > 0) | BALANCED (the balanced plan, outside the per-stage "
+                        "domain, is faster; see reason) | INFEASIBLE | UNKNOWN | REFUSED")
     gap: float | None = Field(description="Relative gap between the solution and the solver's bound; 0 when proved")
     seconds: float = Field(description="Wall time of the cost-model tables and the CP-SAT solve")
     agreement: float | None = Field(description="|re-costed step - solver's step| / solver's step")
