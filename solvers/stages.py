@@ -3,12 +3,15 @@ layout and the recompute counts), the decoder layers L_r and fully recomputed la
 every pipeline rank r, solved exactly against tables of the cost model (autopar.cost.stages).
 
 Data: per rank, the (L, R) pairs whose stage fits in HBM under this vpp and schedule, each with
-its integer-scaled per-micro-batch seconds, exposed DP seconds and optimizer seconds.
-Model: an allowed-assignments (table) constraint per rank ties (L_r, R_r) to those three values;
-the layers sum to the model's; the objective is the step the cost model composes,
-    a max_r T_r + b (sum_r T_r - max_r T_r) + max_r DP_r + max_r OPT_r
+its integer-scaled per-micro-batch seconds T and once-per-step terms X_k (exposed DP and FSDP
+reductions, optimizer step), keeping only the pairs no other pair with the same L beats.
+Model: one Boolean per (rank, pair), exactly one per rank; the layers sum to the model's; the
+objective is the step the cost model composes,
+    a max_r T_r + b (sum_r T_r - max_r T_r) + sum_k max_r X_k,r   (+ constants)
 (a, b from autopar.cost.pipeline for the schedule: 1F1B a = m, b = 1; interleaved b = 1/vpp;
-zero-bubble b = 0), then fewer recomputed layers.
+zero-bubble b = 0), then fewer recomputed layers. The maxima take their values from the levels
+present, searched lowest first (measured: allowed-assignment tables over (L, R, T, ...) did not
+prove the LLaMA-3 405B pp=16 optimum in 10 minutes; this form proves it in 0.1-0.3 s).
 Solve: one worker and a fixed seed; the solver proves the optimum or reports the gap.
 Check: the solved plan is re-costed by autopar.cost.estimate and must agree within
 AGREEMENT_RTOL; a plan that does not is refused, not returned.
@@ -30,6 +33,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.cost import estimate
+from autopar.cost.step import STAGE_STEP_TERMS
 from autopar.cost.stages import (StageModelError, StageTable, compose, held_microbatches, pipeline_coefficients, rank_layout,
                                  sample_stages, stage_memory_bytes)
 from autopar.errors import InputError
@@ -45,7 +49,7 @@ STAGE_QUANTUM_SECONDS = 1e-6  # one integer unit of per-stage time in the model
 SEED = 20261129
 CAP_FACTOR = 1.5  # a rank holds at most this many times the even share of layers
 AGREEMENT_RTOL = 1e-9  # re-costed step vs the step composed from the tables (both exact: float rounding only)
-COLUMNS = ("L", "R", "T", "D", "O")  # layers, recomputed layers, seconds, DP seconds, optimizer seconds
+COLUMNS = ("L", "R", "T", *STAGE_STEP_TERMS)  # layers, recomputed layers, seconds per micro-batch, once-per-step terms
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,10 @@ def _scale(a: float, b: float) -> tuple[int, int, int]:
 
 
 def rank_options(table: StageTable, sc: StageCore, lo: list[int], hbm_bytes: float, params: CostParams) -> list[list[tuple[int, ...]]]:
-    """Per rank, the (L, R, T, D, O) options that fit in HBM and that no other option with the
-    same L beats (T, D, O no larger, R no larger): the objective never decreases in T, D or O,
-    so a dominated option is never needed. Times in STAGE_QUANTUM_SECONDS."""
+    """Per rank, the options (L, R, T, then each once-per-step term) that fit in HBM and that no
+    other option with the same L beats (no larger time, terms or R): the objective never
+    decreases in any of them, so a dominated option is never needed. Times in
+    STAGE_QUANTUM_SECONDS."""
     held = held_microbatches(table.pp, table.microbatches, sc.vpp, sc.schedule)
     q = lambda x: int(round(float(x) / STAGE_QUANTUM_SECONDS))  # noqa: E731
     out = []
@@ -125,12 +130,12 @@ def rank_options(table: StageTable, sc: StageCore, lo: list[int], hbm_bytes: flo
         memory = stage_memory_bytes(v["memory_fixed_bytes"], v["memory_per_microbatch_bytes"], held[r], params)
         options = []
         for L in range(lo[r], table.hi[r] + 1):
-            cands = [(q(v["seconds"][L, R]), q(v["dp_seconds"][L, R]), q(v["optimizer_seconds"][L, R]), R)
+            cands = [(q(v["seconds"][L, R]), *(q(v[k][L, R]) for k in STAGE_STEP_TERMS), R)
                      for R in range(L + 1)  # without free counts only the core's own R was sampled
                      if not np.isnan(v["seconds"][L, R]) and memory[L, R] <= hbm_bytes]
             for c in cands:
                 if not any(o != c and all(x <= y for x, y in zip(o, c)) for o in cands):
-                    options.append((L, c[3], c[0], c[1], c[2]))
+                    options.append((L, c[-1], *c[:-1]))
         out.append(options)
     return out
 
@@ -141,7 +146,7 @@ def build_model(table: StageTable, sc: StageCore, lo: list[int], hbm_bytes: floa
     k; the objective is (N + 1) q step + sum R in STAGE_QUANTUM_SECONDS (q: the denominator of
     the pipeline coefficients), so among equally fast plans the one recomputing least wins."""
     P, N = table.pp, table.num_layers
-    a, b = pipeline_coefficients(table.microbatches, sc.vpp, sc.schedule)
+    a, b, _ = pipeline_coefficients(table.microbatches, sc.vpp, sc.schedule, P, table.hop_seconds)
     if not a >= b >= 0:
         raise StageModelError(f"pipeline time {a} max + {b} rest is not monotone in the stage times")
     options = rank_options(table, sc, lo, hbm_bytes, params)
@@ -161,7 +166,7 @@ def build_model(table: StageTable, sc: StageCore, lo: list[int], hbm_bytes: floa
         if twin is not None:
             model.add(expr["L"][r] * (N + 1) + expr["R"][r] <= expr["L"][twin] * (N + 1) + expr["R"][twin])
     top = {}
-    for i, name in ((2, "T"), (3, "D"), (4, "O")):
+    for i, name in enumerate(COLUMNS[2:], start=2):
         levels = sorted({o[i] for opts in options for o in opts})
         top[name] = model.new_int_var_from_domain(cp_model.Domain.from_values(levels), f"max_{name}")
         for r in range(P):
@@ -169,11 +174,11 @@ def build_model(table: StageTable, sc: StageCore, lo: list[int], hbm_bytes: floa
                 if o[i] > levels[0]:
                     model.add(top[name] >= o[i]).only_enforce_if(x)
     qa, qb, q = _scale(a, b)
-    step = qa * top["T"] + qb * (sum(expr["T"]) - top["T"]) + q * (top["D"] + top["O"])
+    step = qa * top["T"] + qb * (sum(expr["T"]) - top["T"]) + q * sum(top[k] for k in STAGE_STEP_TERMS)
     model.minimize((N + 1) * step + sum(expr["R"]))
     # the slowest stage dominates the step: try its levels from the lowest (measured on the
     # LLaMA-3 405B pp=16 core: 0.1-0.2 s to prove, against > 10 min with table constraints)
-    model.add_decision_strategy([top["T"], top["D"], top["O"]], cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)
+    model.add_decision_strategy([top[k] for k in COLUMNS[2:]], cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)
     return model, chosen, options, q
 
 

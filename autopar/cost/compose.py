@@ -1,6 +1,7 @@
 """Plans that differ only in vpp and schedule share every per-micro-batch stage cost: the
 pipeline fill and the in-flight activations are the only terms those change (rank layer
-totals do not depend on vpp: autopar.specs.layout.balanced_layout). The search costs each
+totals do not depend on vpp: autopar.specs.layout.balanced_layout; when layer kinds differ,
+vpp changes which kinds a rank holds and stays in the core). The search costs each
 *core* (every column but vpp and schedule) once and composes the rest here; the tests check
 the composition against autopar.cost.step.evaluate row by row."""
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from autopar.cost.context import Batch
 from autopar.cost.memory import in_flight_microbatches
-from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE
+from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.step import StepResult, evaluate
 from autopar.cost.table import SCHEDULE, row_groups
 from autopar.specs.plan import Schedule
@@ -18,16 +19,26 @@ from autopar.specs.plan import Schedule
 ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
 
 
+def _vpp_composes(batch: Batch) -> bool:
+    """vpp leaves every rank's costs alone when all layers are alike; with a dense prefix or
+    interleaved MoE layers the chunks a rank holds (and so its mix of kinds) change with vpp."""
+    m = batch.model
+    return len({m.is_moe_layer(i) for i in range(m.num_layers)}) == 1
+
+
 def core_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """(one representative row per core, the core of every row)."""
-    return row_groups(*(v for k, v in batch.tab.columns().items() if k not in ("vpp", "schedule")))
+    outer = ("vpp", "schedule") if _vpp_composes(batch) else ("schedule",)
+    return row_groups(*(v for k, v in batch.tab.columns().items() if k not in outer))
 
 
 def evaluate_cores(batch: Batch) -> tuple[StepResult, np.ndarray, Batch]:
-    """Cost each core once at vpp = 1 and 1F1B: (result per core, core of every row, the core batch)."""
+    """Cost each core once with 1F1B (and vpp = 1 where vpp composes): (result per core, core
+    of every row, the core batch)."""
     first, core_of_row = core_rows(batch)
     reps = batch.tab.take(first)
-    reps.vpp = np.ones_like(reps.vpp)
+    if _vpp_composes(batch):
+        reps.vpp = np.ones_like(reps.vpp)
     reps.schedule = np.full_like(reps.schedule, ONE_F_ONE_B)
     core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
     return evaluate(core_batch), core_of_row, core_batch
@@ -48,7 +59,7 @@ def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray
     those change (the solvers compose them instead of re-costing)."""
     m = microbatches.astype(float)
     t_max, rest = result.stage_max_seconds[rows], result.stage_rest_seconds[rows]
-    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / vpp, rest))
+    fill = pipeline_fill(rest, m, vpp, schedule, pp, result.pp_hop_seconds[rows])
     fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
     step = m * t_max + fill + fixed_parts
     mem = params.memory

@@ -70,21 +70,30 @@ def embedding_params(model: ModelSpec) -> float:
     return model.vocab_size * model.hidden_size
 
 
+def mtp_module_params(model: ModelSpec) -> float:
+    """One multi-token-prediction module besides its transformer layer (DeepSeek-V3 report
+    section 2.2): the 2h -> h projection and two norms; it shares the embedding and output layer."""
+    return 2 * model.hidden_size * model.hidden_size + 2 * model.hidden_size
+
+
 def total_params(model: ModelSpec) -> float:
-    """All parameters (tied embeddings counted once)."""
+    """All parameters (tied embeddings counted once; MTP modules included: DeepSeek-V3 671B +
+    14B of MTP = 685B on the hub)."""
     layers = sum(sum(layer_params(model, i)) for i in range(model.num_layers))
+    mtp = model.mtp_num_layers * (sum(layer_params(model, model.num_layers - 1)) + mtp_module_params(model))
     head = 0 if model.tied_embeddings else embedding_params(model)
-    return layers + embedding_params(model) + head + model.hidden_size  # + final norm
+    return layers + mtp + embedding_params(model) + head + model.hidden_size  # + final norm
 
 
 def active_params_per_token(model: ModelSpec) -> float:
     """Matmul parameters touched per token (routed experts: k of E), embedding lookup excluded."""
-    total = 0.0
-    for i in range(model.num_layers):
+    def active(i: int) -> float:
         dense, routed = layer_params(model, i)
-        total += dense - 2 * model.hidden_size
-        if routed:
-            total += model.moe_top_k * expert_params(model)
+        return dense - 2 * model.hidden_size + (model.moe_top_k * expert_params(model) if routed else 0.0)
+
+    total = sum(active(i) for i in range(model.num_layers))
+    # each MTP module: its layer, its projection and its own pass through the output layer
+    total += model.mtp_num_layers * (active(model.num_layers - 1) + 2 * model.hidden_size ** 2 + embedding_params(model))
     return total + embedding_params(model)  # logits GEMM
 
 
@@ -105,13 +114,17 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, 
     Convention: attention counted non-causal (causal=False), as in Narayanan et al. 2021 and
     Megatron-LM's reported model TFLOP/s, so MFU is comparable with published figures.
     """
-    forward = 2 * active_params_per_token(model) + model.num_layers * attention_core_flops_per_token(model, seq_len, causal)
+    layers = model.num_layers + model.mtp_num_layers
+    forward = 2 * active_params_per_token(model) + layers * attention_core_flops_per_token(model, seq_len, causal)
     return (2 if frozen_weights else 3) * forward
 
 
-def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int, capacity: float = 1.0) -> list[Gemm]:
-    """Forward GEMMs of layer `index` on one GPU for `tokens` tokens (Megatron TP splits);
-    routed experts process capacity x their balanced share of token slots."""
+def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int, load: float = 1.0,
+                moe_tokens: float | None = None) -> list[Gemm]:
+    """Forward GEMMs of layer `index` on one GPU for `tokens` tokens (Megatron TP splits). A MoE
+    layer routes `moe_tokens` tokens per GPU (default `tokens`; autopar.cost.moe.routed_tokens),
+    and its experts process `load` x their balanced share of those tokens' k copies."""
+    routed = tokens if moe_tokens is None else moe_tokens
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
     out: list[Gemm] = []
     if model.mla is not None:
@@ -131,8 +144,8 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
         f_e = model.moe_ffn_hidden_size or 0
         local_experts = model.num_experts / ep
         # balanced routing: each GPU's experts receive tokens x k assignments in total
-        per_expert = tokens * model.moe_top_k * ep / model.num_experts * capacity
-        out += [Gemm("moe/router", tokens, model.num_experts, h),
+        per_expert = routed * model.moe_top_k * ep / model.num_experts * load
+        out += [Gemm("moe/router", routed / etp, model.num_experts, h),
                 Gemm("moe/experts_fc1", per_expert, (mats - 1) * f_e / etp, h, local_experts),
                 Gemm("moe/experts_fc2", per_expert, h, f_e / etp, local_experts)]
         if model.moe_shared_expert_ffn_size:

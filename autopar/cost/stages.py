@@ -7,10 +7,12 @@ seconds and memory (the bytes that do not scale with in-flight micro-batches, an
 micro-batch's activations) depend on that rank's decoder layers L and fully recomputed layers R
 only, and the step and the peak memory combine them as
 
-    step   = pipeline(stage seconds; m, vpp, schedule) + max_r dp_r + max_r optimizer_r + constant
+    step   = pipeline(stage seconds; m, vpp, schedule) + sum_k max_r term_k,r + constant
     memory = max_r (fixed_r + held_r x per_microbatch_r) (1 + fragmentation) + reserve
 
-(autopar.cost.step; held_r: the micro-batches rank r holds, autopar.cost.memory). Rather than
+(autopar.cost.step: the terms k are the once-per-step parts the step takes the maximum of over
+stages, STAGE_STEP_TERMS -- exposed DP and FSDP reductions, the optimizer step; held_r: the
+micro-batches rank r holds, autopar.cost.memory). Rather than
 restating the cost model's formulas, sample_stages evaluates plans with explicit layouts so that
 every rank sees every (L, R) of its domain, reads the per-stage arrays of the result, and checks
 what the solvers rely on: a (rank, L, R) costs the same in every layout it was sampled in, and
@@ -28,7 +30,7 @@ import numpy as np
 from autopar.cost.estimate import make_batch
 from autopar.cost.memory import in_flight_microbatches
 from autopar.cost.pipeline import pipeline_seconds
-from autopar.cost.step import evaluate
+from autopar.cost.step import STAGE_STEP_TERMS, evaluate
 from autopar.cost.table import SCHEDULE
 from autopar.specs.costparams import CostParams
 from autopar.specs.hardware import ClusterSpec
@@ -38,7 +40,7 @@ from autopar.specs.plan import Plan, Recompute, Schedule
 from autopar.specs.training import TrainingSpec
 
 SEPARABLE_RTOL = 1e-9  # relative spread allowed between samples of one (rank, L, R), and in the composition
-VALUES = ("seconds", "dp_seconds", "optimizer_seconds", "memory_fixed_bytes", "memory_per_microbatch_bytes")
+VALUES = ("seconds", *STAGE_STEP_TERMS, "memory_fixed_bytes", "memory_per_microbatch_bytes")
 
 
 class StageModelError(Exception):
@@ -60,6 +62,7 @@ class StageTable:
     recompute: bool  # R may be > 0 (full recompute per stage); False: R = 0 only
     values: dict[str, np.ndarray]
     constant_seconds: float
+    hop_seconds: float  # one activation send between pipeline stages (the pipeline's hop chain)
     num_layouts: int
     num_samples: int
     seconds_taken: float
@@ -100,17 +103,23 @@ def stage_memory_bytes(fixed: np.ndarray, per_microbatch: np.ndarray, held: np.n
     return (fixed + per_microbatch * held) * (1 + params.memory.fragmentation) + params.memory.reserve_bytes
 
 
-def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule) -> tuple[float, float]:
-    """(a, b) with pipeline time = a max_r t_r + b (sum_r t_r - max_r t_r), read off the cost
-    model's pipeline_seconds with probe stage times, and checked on a third probe."""
+def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule, pp: int, hop_seconds: float) -> tuple[float, float, float]:
+    """(a, b, c) with pipeline time = a max_r t_r + b (sum_r t_r - max_r t_r) + c, read off the
+    cost model's pipeline_seconds with probe stage times, and checked on a third probe."""
     code = np.asarray([schedule_index(schedule)])
-    run = lambda t: float(pipeline_seconds(np.asarray([t], dtype=float), np.asarray([microbatches]), np.asarray([vpp]), code)[0])  # noqa: E731
-    a = run([1.0, 0.0])
-    b = run([1.0, 1.0]) - a
-    probe = run([3.0, 1.0, 2.0])
-    if abs(probe - (3 * a + 3 * b)) > SEPARABLE_RTOL * max(1.0, abs(probe)):
+
+    def run(t: list[float]) -> float:
+        return float(pipeline_seconds(np.asarray([t + [0.0] * (pp - len(t))]), np.asarray([microbatches]), np.asarray([vpp]), code,
+                                      np.asarray([pp]), np.asarray([hop_seconds]))[0])
+
+    c = run([])
+    a = run([1.0]) - c
+    b = run([1.0, 1.0]) - a - c
+    probe = [3.0, 1.0] + [2.0] * (pp - 2)
+    expect = 3 * a + b * (sum(probe) - 3) + c
+    if abs(run(probe) - expect) > SEPARABLE_RTOL * max(1.0, abs(expect)):
         raise StageModelError(f"pipeline time of schedule {schedule.value} is not a max + rest composition")
-    return a, b
+    return a, b, c
 
 
 def cover_layouts(total: int, lo: list[int], hi: list[int]) -> list[list[int]]:
@@ -174,7 +183,7 @@ def sample_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     res = evaluate(batch)
     P, H = len(lo), max(hi) + 1
     m = int(batch.microbatches[0])
-    arrays = {"seconds": res.stage_seconds, "dp_seconds": res.stage_dp_seconds, "optimizer_seconds": res.stage_optimizer_seconds,
+    arrays = {"seconds": res.stage_seconds, **res.stage_step_terms,
               "memory_fixed_bytes": res.memory_fixed_stage, "memory_per_microbatch_bytes": res.memory_per_microbatch_stage}
     rec = np.rint(res.stage_recomputed_layers[:, :P]).astype(int)
     values = {k: np.full((P, H, H), np.nan) for k in VALUES}
@@ -190,24 +199,30 @@ def sample_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             if np.any(hi_v[seen] - lo_v[seen] > SEPARABLE_RTOL * np.maximum(1.0, np.abs(hi_v[seen]))):
                 raise StageModelError(f"{name} of stage {r} depends on the other stages' layers (not separable)")
             values[name][r].reshape(-1)[seen] = hi_v[seen]
-    constant = _check_composition(res, P, m, params)
-    return StageTable(core, model.num_layers, model.mtp_num_layers, m, list(lo), list(hi), recompute, values, constant,
+    constant, hop = _check_composition(res, P, m, params)
+    return StageTable(core, model.num_layers, model.mtp_num_layers, m, list(lo), list(hi), recompute, values, constant, hop,
                       len(vectors), len(plans), time.perf_counter() - start)
 
 
-def _check_composition(res, P: int, m: int, params: CostParams) -> float:
-    """The step's constant part; raises when the samples are not composed as documented."""
-    a, b = pipeline_coefficients(m, 1, Schedule.one_f_one_b)
+def _check_composition(res, P: int, m: int, params: CostParams) -> tuple[float, float]:
+    """(the step's constant part, the pipeline hop seconds); raises when the samples are not
+    composed as the module docstring states."""
+    hop = res.pp_hop_seconds
+    if np.ptp(hop) > SEPARABLE_RTOL * max(hop.max(), 1e-12):
+        raise StageModelError("the pipeline hop time depends on the stage layout")
+    a, b, c = pipeline_coefficients(m, 1, Schedule.one_f_one_b, P, float(hop[0]))
     t = res.stage_seconds[:, :P]
-    pipeline = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1))
-    constant = res.step_seconds - pipeline - res.stage_dp_seconds[:, :P].max(axis=1) - res.stage_optimizer_seconds[:, :P].max(axis=1)
+    pipeline = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1)) + c
+    if np.any(np.abs(pipeline - res.pipeline_seconds) > SEPARABLE_RTOL * res.pipeline_seconds):
+        raise StageModelError("the pipeline time is not composed from the stage times")
+    constant = res.step_seconds - pipeline - sum(v[:, :P].max(axis=1) for v in res.stage_step_terms.values())
     if np.ptp(constant) > SEPARABLE_RTOL * res.step_seconds.max():
-        raise StageModelError("the step is not pipeline + max DP + max optimizer + a constant")
+        raise StageModelError("the step is not pipeline + the stages' once-per-step maxima + a constant")
     held = held_microbatches(P, m, 1, Schedule.one_f_one_b)
     memory = stage_memory_bytes(res.memory_fixed_stage[:, :P], res.memory_per_microbatch_stage[:, :P], held, params)
     if np.any(np.abs(memory - res.stage_memory_bytes[:, :P]) > SEPARABLE_RTOL * res.stage_memory_bytes[:, :P]):
         raise StageModelError("stage memory is not fixed + held x per-micro-batch activations")
-    return float(constant.mean())
+    return float(constant.mean()), float(hop[0])
 
 
 def compose(table: StageTable, layers: np.ndarray, recomputed: np.ndarray, vpp: int, schedule: Schedule,
@@ -217,10 +232,10 @@ def compose(table: StageTable, layers: np.ndarray, recomputed: np.ndarray, vpp: 
     P = table.pp
     r = np.arange(P)[None, :]
     v = {k: table.values[k][r, layers, recomputed] for k in VALUES}
-    a, b = pipeline_coefficients(table.microbatches, vpp, schedule)
+    a, b, c = pipeline_coefficients(table.microbatches, vpp, schedule, P, table.hop_seconds)
     t = v["seconds"]
-    step = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1)) + v["dp_seconds"].max(axis=1) \
-        + v["optimizer_seconds"].max(axis=1) + table.constant_seconds
+    step = a * t.max(axis=1) + b * (t.sum(axis=1) - t.max(axis=1)) + c + sum(v[k].max(axis=1) for k in STAGE_STEP_TERMS) \
+        + table.constant_seconds
     held = held_microbatches(P, table.microbatches, vpp, schedule)
     memory = stage_memory_bytes(v["memory_fixed_bytes"], v["memory_per_microbatch_bytes"], held, params).max(axis=1)
     return step, memory

@@ -139,28 +139,39 @@ def _spread(units: int, stages: int) -> list[int]:
 def balanced_layout(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0) -> PipelineLayout:
     """The default split over pp x vpp virtual stages: the same layers per rank for every vpp,
     each rank's layers over its vpp chunks as evenly as possible. Ranks split evenly when pp
-    divides the layers (and the model has no MTP); otherwise embedding and loss count as one layer each and an MTP layer as
-    two (its block and its own output layer): the units are spread over the ranks from the middle
-    outwards, each rank's units over its vpp chunks, and the first and last virtual stages give
-    back the embedding's and the loss's units. LLaMA-3 405B's 126 layers on 16 stages run as
-    7 + 14 x 8 + 7 (Dubey et al. 2024, section 3.3.2), with any vpp."""
+    divides the layers (and the model has no MTP); otherwise embedding and loss count as one
+    layer each and an MTP layer as two (its block and its own output layer): the units are
+    spread over the ranks from the middle outwards, and the first rank's first chunk and the
+    last rank's last chunk give back the embedding's and the loss's units. LLaMA-3 405B's 126
+    layers on 16 stages run as 7 + 14 x 8 + 7 (Dubey et al. 2024, section 3.3.2), with any vpp."""
     stages = pp * vpp
-    even = mtp_layers == 0 and num_layers % pp == 0
-    rank_units = [num_layers // pp] * pp if even else _spread(num_layers + 2 + 2 * mtp_layers, pp)
-    per_rank = [_chunks(u, vpp) for u in rank_units]
-    units = [per_rank[j % pp][j // pp] for j in range(stages)]
-    if not even:
-        units[0] -= 1
-        units[-1] -= 1 + 2 * mtp_layers
-    for j in range(stages - 1, 0, -1):  # a deficit on a late stage moves to the stage before it
-        if units[j] < 0:
-            units[j - 1] += units[j]
-            units[j] = 0
-    if min(units) < 0 or sum(units) != num_layers:
+    if mtp_layers == 0 and num_layers % pp == 0:
+        per_rank = [_chunks(num_layers // pp, vpp)] * pp
+        return PipelineLayout(pp, tuple(per_rank[j % pp][j // pp] for j in range(stages)), (0,) * stages)
+    overhead = [0] * pp  # units on a rank that are not decoder layers
+    overhead[0] += 1
+    overhead[-1] += 1 + 2 * mtp_layers
+    units = _spread(num_layers + 2 + 2 * mtp_layers, pp)
+    decoders = [u - o for u, o in zip(units, overhead)]
+    for r in range(pp - 1, 0, -1):  # a rank short of its overhead takes layers from the rank before
+        if decoders[r] < 0:
+            decoders[r - 1] += decoders[r]
+            decoders[r] = 0
+    if min(decoders) < 0:
         raise InputError("plan.pp", pp, f"cannot split {num_layers} layers over pp*vpp={stages} virtual stages")
+    per_rank = []
+    for r in range(pp):
+        chunks = _chunks(decoders[r] + overhead[r], vpp)
+        chunks[0] -= 1 if r == 0 else 0
+        chunks[-1] -= overhead[r] - (1 if r == 0 else 0)
+        for c in range(vpp - 1, 0, -1):  # the loss and MTP deficit moves to the rank's earlier chunks
+            if chunks[c] < 0:
+                chunks[c - 1] += chunks[c]
+                chunks[c] = 0
+        per_rank.append(chunks)
     mtp = [0] * stages
     mtp[-1] = mtp_layers
-    return PipelineLayout(pp, tuple(units), tuple(mtp))
+    return PipelineLayout(pp, tuple(per_rank[j % pp][j // pp] for j in range(stages)), tuple(mtp))
 
 
 def _chunks(layers: int, vpp: int) -> list[int]:

@@ -3,6 +3,7 @@ HuggingFace config.json files (field names: shared/reference/launchers.md sectio
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,39 @@ class MlaSpec(BaseModel):
     qk_nope_head_dim: int = Field(gt=0, description="Per-head Q/K dim without RoPE")
     qk_rope_head_dim: int = Field(ge=0, description="Per-head decoupled RoPE dim (K part shared by heads)")
     v_head_dim: int = Field(gt=0, description="Per-head V dim")
+
+
+class RouterScore(str, Enum):
+    """How the MoE router turns logits into expert scores."""
+
+    softmax = "softmax"
+    """Softmax over the experts (Mixtral, Qwen)."""
+    sigmoid = "sigmoid"
+    """Independent sigmoids (DeepSeek-V3)."""
+
+
+class Norm(str, Enum):
+    """Normalization layer type."""
+
+    rmsnorm = "rmsnorm"
+    """RMSNorm (Llama and successors)."""
+    layernorm = "layernorm"
+    """LayerNorm with bias (GPT-2/3, MPT)."""
+
+
+class RopeScaling(BaseModel):
+    """RoPE frequency scaling as HF config.json gives it (rope_scaling / rope_parameters)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str = Field(description="llama3 | yarn | linear | dynamic | longrope ...")
+    factor: float = Field(gt=0, description="Context extension factor")
+    original_max_position_embeddings: int | None = Field(None, gt=0, description="Pre-extension context, tokens")
+    low_freq_factor: float | None = Field(None, description="llama3 scaling")
+    high_freq_factor: float | None = Field(None, description="llama3 scaling")
+    beta_fast: float | None = Field(None, description="yarn")
+    beta_slow: float | None = Field(None, description="yarn")
+    mscale: float | None = Field(None, description="yarn")
+    mscale_all_dim: float | None = Field(None, description="yarn")
 
 
 class ModelSpec(BaseModel):
@@ -53,6 +87,23 @@ class ModelSpec(BaseModel):
     moe_first_k_dense_layers: int = Field(0, ge=0, description="Leading layers with a dense MLP")
     moe_layer_freq: int = Field(1, gt=0, description="Every n-th layer (after the dense prefix) is MoE")
     mla: MlaSpec | None = Field(None, description="Multi-head latent attention; null = standard (GQA) attention")
+    moe_dense_layers: tuple[int, ...] = Field((), description="0-based layers that keep a dense MLP in a MoE model besides the first-k prefix (Qwen mlp_only_layers)")
+    moe_router_score_function: RouterScore = Field(RouterScore.softmax, description="softmax | sigmoid router scores")
+    moe_router_expert_bias: bool = Field(False, description="Aux-loss-free balancing bias on the router scores (DeepSeek-V3 noaux_tc)")
+    moe_router_num_groups: int | None = Field(None, gt=0, description="Expert groups for group-limited routing (DeepSeek-V3 n_group: one per node of EP64)")
+    moe_router_group_topk: int | None = Field(None, gt=0, description="Groups a token may route to (DeepSeek-V3 topk_group = 4: at most 4 nodes)")
+    moe_router_topk_scaling_factor: float | None = Field(None, gt=0, description="Scale of the routed experts' weights (DeepSeek routed_scaling_factor)")
+    moe_router_topk_norm: bool = Field(False, description="Top-k probabilities renormalised to sum to 1 (HF norm_topk_prob)")
+    moe_shared_expert_gate: bool = Field(False, description="Sigmoid gate on the shared expert output (Qwen2-MoE)")
+    normalization: Norm = Field(Norm.rmsnorm, description="rmsnorm | layernorm")
+    norm_eps: float = Field(1e-5, gt=0, description="Epsilon of the normalization layers")
+    qk_layernorm: bool = Field(False, description="Norm on queries and keys per head (Qwen3, OLMo-2; DeepSeek MLA's latent norms)")
+    activation: str = Field("silu", description="MLP activation (HF hidden_act: silu, gelu, gelu_new, relu ...)")
+    qkv_bias: bool = Field(False, description="Bias on the QKV projection (Qwen2)")
+    linear_bias: bool = Field(False, description="Bias on the other linear layers (GPT-2, GPT-3)")
+    position_embedding: str = Field("rope", description="rope | learned_absolute")
+    rope_theta: float | None = Field(None, gt=0, description="RoPE base frequency")
+    rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (Llama-3.1 llama3, DeepSeek yarn); null = none")
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
                                 "transformer layer of the last layer's kind with its own output layer")
 
@@ -86,7 +137,7 @@ class ModelSpec(BaseModel):
 
     def is_moe_layer(self, index: int) -> bool:
         """Layer `index` (0-based) has routed experts (Megatron --moe-layer-freq pattern)."""
-        if not self.is_moe or index < self.moe_first_k_dense_layers:
+        if not self.is_moe or index < self.moe_first_k_dense_layers or index in self.moe_dense_layers:
             return False
         return (index - self.moe_first_k_dense_layers) % self.moe_layer_freq == 0
 
@@ -97,81 +148,28 @@ class ModelSpec(BaseModel):
 
 # ---- loading ----------------------------------------------------------------------
 
-def _hf_moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
-    num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    if not num_experts:
-        return {}
-    out: dict[str, Any] = {
-        "num_experts": num_experts,
-        "moe_top_k": cfg.get("num_experts_per_tok", 2),
-        # Mixtral has no moe_intermediate_size: the expert FFN is intermediate_size.
-        "moe_ffn_hidden_size": cfg.get("moe_intermediate_size") or cfg["intermediate_size"],
-    }
-    if "n_shared_experts" in cfg:  # DeepSeek: shared width = n_shared x expert width
-        out["moe_shared_expert_ffn_size"] = (cfg["n_shared_experts"] or 0) * out["moe_ffn_hidden_size"]
-    elif cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE
-        out["moe_shared_expert_ffn_size"] = cfg["shared_expert_intermediate_size"]
-    out["moe_first_k_dense_layers"] = cfg.get("first_k_dense_replace", 0) or 0
-    step = cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1
-    if isinstance(step, int):
-        out["moe_layer_freq"] = step
-    return out
-
-
-def from_hf_config(cfg: dict[str, Any], name: str) -> ModelSpec:
-    """A ModelSpec from a HuggingFace config.json dict (Llama, Mistral, Mixtral, Qwen2(-MoE),
-    DeepSeek-V2/V3 field names)."""
-    mtype = str(cfg.get("model_type", ""))
-    heads = cfg["num_attention_heads"]
-    act = str(cfg.get("hidden_act", "silu"))
-    fields: dict[str, Any] = {
-        "name": name,
-        "num_layers": cfg["num_hidden_layers"],
-        "hidden_size": cfg["hidden_size"],
-        "num_attention_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": cfg.get("head_dim"),
-        "ffn_hidden_size": cfg["intermediate_size"],
-        "gated_mlp": act in ("silu", "swiglu", "swish", "gelu_pytorch_tanh") or "llama" in mtype or "mistral" in mtype,
-        "vocab_size": cfg["vocab_size"],
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-        "max_position_embeddings": cfg.get("max_position_embeddings"),
-    }
-    fields.update(_hf_moe_fields(cfg, mtype))
-    if "kv_lora_rank" in cfg:  # DeepSeek MLA
-        fields["mla"] = MlaSpec(
-            q_lora_rank=cfg.get("q_lora_rank"),
-            kv_lora_rank=cfg["kv_lora_rank"],
-            qk_nope_head_dim=cfg["qk_nope_head_dim"],
-            qk_rope_head_dim=cfg.get("qk_rope_head_dim", 0),
-            v_head_dim=cfg["v_head_dim"],
-        )
-        fields["num_kv_heads"] = heads
-        fields["head_dim"] = cfg["qk_nope_head_dim"] + cfg.get("qk_rope_head_dim", 0)
-    return ModelSpec.model_validate(fields)
-
-
-def is_hf_config(data: dict[str, Any]) -> bool:
-    return "num_hidden_layers" in data and "hidden_size" in data
-
-
 def model_from_mapping(data: dict[str, Any], name: str, field: str = "model") -> ModelSpec:
+    from autopar.specs.hf import hf_fields, is_hf_config
+
     try:
-        if is_hf_config(data):
-            return from_hf_config(data, name)
-        return ModelSpec.model_validate({"name": name, **data})
-    except KeyError as exc:
-        raise InputError(field, name, f"HuggingFace config lacks required key {exc.args[0]!r}") from None
+        fields = hf_fields(data, name, field) if is_hf_config(data) else {"name": name, **data}
+        return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         raise InputError.from_validation(exc, field) from None
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A model preset (profiles/models/NAME.json|yaml), an autopar model file or an HF config.json."""
+    """A model preset (profiles/models/NAME.json|yaml), an autopar model file, an HF config.json
+    or an HF checkpoint directory holding one."""
     presets = preset_files("models")
     if name_or_path in presets:
         return model_from_mapping(read_mapping(presets[name_or_path], "model"), name_or_path)
     path = Path(name_or_path)
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise InputError("model", name_or_path, "directory holds no config.json (a HuggingFace checkpoint directory has one)")
+        return model_from_mapping(read_mapping(config, "model"), path.resolve().name)
     if looks_like_path(name_or_path) or path.is_file():
         name = path.parent.name if path.name == "config.json" else path.stem
         return model_from_mapping(read_mapping(path, "model"), name or path.stem)

@@ -18,6 +18,7 @@ from autopar.specs.costparams import params_for_cluster
     ("llama3-70b", 64, 8192, 128, {"tp": 8}),
     ("llama3-405b", 256, 8192, 256, {"tp": 8, "pp": 16}),
     ("mixtral-8x7b", 64, 4096, 256, {"tp": 2, "pp": 4}),
+    ("deepseek-v3", 256, 4096, 256, {"tp": 1, "pp": 16, "ep": 8}),  # dense prefix + MTP: vpp stays in the core
 ])
 def test_composed_equals_evaluated(model, gpus, seq, batch, fixed):
     m, c = load_model(model), load_cluster("dgx-h100").with_gpus(gpus)

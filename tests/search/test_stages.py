@@ -53,9 +53,9 @@ def case(name, overrides, cluster, gpus, seq, gbs, text, pinned, flash):
 
 def quantum_bound(sc, microbatches: int) -> float:
     """How far apart two solutions' exact steps can be when their integer objectives tie or
-    invert: each of max T, sum T, max DP and max OPT is rounded to half a quantum per stage."""
-    a, b = pipeline_coefficients(microbatches, sc.vpp, sc.schedule)
-    return (a + b * sc.core.pp + 2) * STAGE_QUANTUM_SECONDS
+    invert: each of max T, sum T and the three once-per-step maxima is rounded to half a quantum per stage."""
+    a, b, _ = pipeline_coefficients(microbatches, sc.vpp, sc.schedule, sc.core.pp, 0.0)
+    return (a + b * sc.core.pp + 3) * STAGE_QUANTUM_SECONDS
 
 
 @pytest.mark.parametrize("space", SPACES, ids=[f"{s[0]}{s[1].get('num_layers', '')}-{s[3]}gpu-{s[6]}" for s in SPACES])

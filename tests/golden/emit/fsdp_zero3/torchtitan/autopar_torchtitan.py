@@ -6,7 +6,6 @@
 # layout:   dp=16, 8 micro-batches per step, stage layers [32]
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Run: PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan
-# note: torchtitan reduces gradients in float32 (mixed_precision_reduce has one choice); the estimate assumed 2-byte gradient reduction.
 """torchtitan config for one autopar plan: the stock llama3.llama3_8b config with the
 plan's parallelism, batch, precision and activation checkpointing."""
 

@@ -7,7 +7,6 @@
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Run: PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan
 # note: torchtitan has no optimizer-only ZeRO-1; FSDP2 with reshard_after_forward=never shards gradients and optimizer states (ZeRO-2 memory, same traffic).
-# note: torchtitan reduces gradients in float32 (mixed_precision_reduce has one choice); the estimate assumed 2-byte gradient reduction.
 """torchtitan config for one autopar plan: the stock llama3.llama3_405b config with the
 plan's parallelism, batch, precision and activation checkpointing."""
 

@@ -37,7 +37,6 @@ MEGATRON_ARGS=(
   --max-position-embeddings 131072
   # precision
   --bf16
-  --grad-reduce-in-bf16
   # activation recompute
   --recompute-granularity full
   --recompute-method uniform

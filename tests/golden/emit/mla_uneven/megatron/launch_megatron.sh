@@ -29,8 +29,7 @@ MEGATRON_ARGS=(
   --context-parallel-size 1
   --expert-model-parallel-size 64
   --expert-tensor-parallel-size 1
-  --decoder-first-pipeline-num-layers 3
-  --decoder-last-pipeline-num-layers 2
+  --pipeline-model-parallel-layout 'Et*3|(t*4|)*6,t*5|(t*4|)*7,tmL'
   # batch and sequence
   --micro-batch-size 1
   --global-batch-size 4096
@@ -38,7 +37,6 @@ MEGATRON_ARGS=(
   --max-position-embeddings 163840
   # precision
   --bf16
-  --grad-reduce-in-bf16
   # activation recompute
   --recompute-granularity full
   --recompute-method uniform

@@ -54,7 +54,7 @@ OVERRIDES = {
     'optimizer.use_distributed_optimizer': True,
     'ddp.overlap_grad_reduce': True,
     'ddp.overlap_param_gather': True,
-    'ddp.grad_reduce_in_fp32': False,
+    'ddp.grad_reduce_in_fp32': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
     'comm_overlap.tp_comm_overlap': True,

@@ -1,0 +1,140 @@
+"""HuggingFace config.json -> ModelSpec fields, as the checkpoint's own modeling code reads them
+(transformers models/{llama,mistral,mixtral,qwen2,qwen2_moe,qwen3,qwen3_moe,deepseek_v3,llama4,
+gpt2}/configuration_*.py; Megatron-Bridge's HF->Megatron mappings for the routing options).
+
+Handled: Llama/Mistral/Qwen2/Qwen3 (dense), Mixtral, Qwen2-MoE/Qwen3-MoE (decoder_sparse_step,
+mlp_only_layers, shared expert gate), DeepSeek-V2/V3 (MLA, group-limited sigmoid routing with
+expert bias, first-k dense, MTP), Llama-4 (nested text_config, interleaved MoE, shared expert),
+GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.errors import InputError
+
+GPT2_KEYS = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads",
+             "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps"}
+GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    """A HuggingFace config (flat, GPT-2 style or nested under text_config)."""
+    if isinstance(data.get("text_config"), dict):
+        return is_hf_config(data["text_config"])
+    return ("num_hidden_layers" in data and "hidden_size" in data) or ("n_layer" in data and "n_embd" in data)
+
+
+def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The text model's keys: nested text_config (Llama-4, multimodal checkpoints) merged over
+    the top level; GPT-2 names mapped to Llama names."""
+    if isinstance(cfg.get("text_config"), dict):
+        top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
+        cfg = {**top, **cfg["text_config"]}
+    if "n_layer" in cfg:
+        cfg = {**cfg, **{new: cfg[old] for old, new in GPT2_KEYS.items() if old in cfg}}
+        cfg.setdefault("intermediate_size", cfg.get("n_inner") or 4 * cfg["hidden_size"])
+        cfg.setdefault("hidden_act", cfg.get("activation_function", "gelu_new"))
+        cfg.setdefault("tie_word_embeddings", True)
+        cfg["_gpt2"] = True
+    return cfg
+
+
+def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise InputError(f"{field}.{key}", name, "HuggingFace config lacks this required key")
+    return cfg[key]
+
+
+def _rope(cfg: dict[str, Any]) -> dict[str, Any]:
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    theta = cfg.get("rope_theta") or params.get("rope_theta")
+    scaling = cfg.get("rope_scaling") or ({k: v for k, v in params.items() if k != "rope_theta"} if params.get("rope_type") not in (None, "default") else None)
+    out: dict[str, Any] = {"rope_theta": theta}
+    if isinstance(scaling, dict) and scaling.get("factor"):
+        keys = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+        out["rope_scaling"] = {"type": str(scaling.get("rope_type") or scaling.get("type") or "unknown"),
+                               **{k: scaling[k] for k in keys if scaling.get(k) is not None}}
+    return out
+
+
+def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
+    num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    if not num_experts:
+        return {}
+    llama4 = "llama4" in mtype
+    out: dict[str, Any] = {
+        "num_experts": num_experts,
+        "moe_top_k": cfg.get("num_experts_per_tok", 2),
+        # Mixtral and Llama-4 have no moe_intermediate_size: the expert FFN is intermediate_size
+        "moe_ffn_hidden_size": cfg.get("moe_intermediate_size") or cfg["intermediate_size"],
+        "moe_router_topk_norm": bool(cfg.get("norm_topk_prob", "mixtral" in mtype)),
+    }
+    if "n_shared_experts" in cfg:  # DeepSeek: shared width = n_shared x expert width
+        out["moe_shared_expert_ffn_size"] = (cfg["n_shared_experts"] or 0) * out["moe_ffn_hidden_size"]
+    elif cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE, with a sigmoid gate
+        out["moe_shared_expert_ffn_size"] = cfg["shared_expert_intermediate_size"]
+        out["moe_shared_expert_gate"] = True
+    elif llama4:  # one shared expert as wide as a routed one
+        out["moe_shared_expert_ffn_size"] = out["moe_ffn_hidden_size"]
+    out["moe_first_k_dense_layers"] = cfg.get("first_k_dense_replace", 0) or 0
+    step = cfg.get("decoder_sparse_step") or cfg.get("interleave_moe_layer_step") or cfg.get("moe_layer_freq") or 1
+    if isinstance(step, int) and step > 1:
+        # Qwen: layer i is MoE iff (i + 1) % step == 0; Llama-4: the same with interleave_moe_layer_step
+        out["moe_dense_layers"] = tuple(i for i in range(cfg["num_hidden_layers"]) if (i + 1) % step)
+    if cfg.get("mlp_only_layers"):
+        out["moe_dense_layers"] = tuple(sorted(set(out.get("moe_dense_layers", ())) | set(cfg["mlp_only_layers"])))
+    if cfg.get("scoring_func") == "sigmoid":
+        out["moe_router_score_function"] = "sigmoid"
+    if cfg.get("topk_method") == "noaux_tc":
+        out["moe_router_expert_bias"] = True
+    if cfg.get("n_group") and cfg.get("topk_group") and cfg["n_group"] > 1:
+        out["moe_router_num_groups"], out["moe_router_group_topk"] = cfg["n_group"], cfg["topk_group"]
+    if cfg.get("routed_scaling_factor"):
+        out["moe_router_topk_scaling_factor"] = float(cfg["routed_scaling_factor"])
+    return out
+
+
+def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
+    """ModelSpec fields from a HuggingFace config.json mapping."""
+    cfg = _flatten(cfg)
+    mtype = str(cfg.get("model_type", "")).lower()
+    layers = _get(cfg, "num_hidden_layers", field, name)
+    heads = _get(cfg, "num_attention_heads", field, name)
+    act = str(cfg.get("hidden_act", "silu")).lower()
+    gpt2 = bool(cfg.get("_gpt2"))
+    dense_ffn = cfg.get("intermediate_size_mlp") or _get(cfg, "intermediate_size", field, name)  # Llama-4's dense layers
+    fields: dict[str, Any] = {
+        "name": name,
+        "num_layers": layers,
+        "hidden_size": _get(cfg, "hidden_size", field, name),
+        "num_attention_heads": heads,
+        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
+        "head_dim": cfg.get("head_dim"),
+        "ffn_hidden_size": dense_ffn,
+        "gated_mlp": act in GATED_ACTIVATIONS or any(f in mtype for f in ("llama", "mistral", "mixtral", "qwen", "deepseek")),
+        "activation": act,
+        "vocab_size": _get(cfg, "vocab_size", field, name),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "max_position_embeddings": cfg.get("max_position_embeddings"),
+        "normalization": "layernorm" if gpt2 else "rmsnorm",
+        "norm_eps": cfg.get("rms_norm_eps") or cfg.get("layer_norm_eps") or cfg.get("norm_eps") or 1e-5,
+        "qk_layernorm": "qwen3" in mtype or bool(cfg.get("use_qk_norm")) or "kv_lora_rank" in cfg,
+        "qkv_bias": bool(cfg.get("attention_bias") or cfg.get("qkv_bias") or "qwen2" in mtype) or gpt2,
+        "linear_bias": bool(cfg.get("mlp_bias")) or gpt2,
+        "position_embedding": "learned_absolute" if gpt2 else "rope",
+        "mtp_num_layers": cfg.get("num_nextn_predict_layers") or 0,
+    }
+    if not gpt2:
+        fields.update(_rope(cfg))
+    fields.update(_moe_fields(cfg, mtype))
+    if "kv_lora_rank" in cfg:  # DeepSeek MLA
+        fields["mla"] = {
+            "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_nope_head_dim": _get(cfg, "qk_nope_head_dim", field, name),
+            "qk_rope_head_dim": cfg.get("qk_rope_head_dim", 0), "v_head_dim": _get(cfg, "v_head_dim", field, name),
+        }
+        fields["num_kv_heads"] = heads
+        fields["head_dim"] = cfg["qk_nope_head_dim"] + cfg.get("qk_rope_head_dim", 0)
+    return fields

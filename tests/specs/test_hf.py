@@ -1,0 +1,89 @@
+"""HuggingFace config import: checkpoint directories, nested (Llama-4) and GPT-2 style configs,
+MoE layer patterns and routing options. Values are those of the released config.json files
+named in each test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autopar.errors import InputError
+from autopar.specs import load_model
+from autopar.cost.flops import total_params
+
+def total_params_billion(model) -> float:
+    return total_params(model) / 1e9
+
+
+# openai-community/gpt2 config.json
+GPT2 = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024, "n_inner": None,
+        "vocab_size": 50257, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
+# meta-llama/Llama-4-Scout-17B-16E config.json (text_config abridged to the fields the importer reads)
+SCOUT = {"model_type": "llama4", "text_config": {
+    "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+    "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 10485760, "tie_word_embeddings": False},
+    "vision_config": {"hidden_size": 1408}}
+# Qwen/Qwen3-30B-A3B config.json
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+             "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+             "norm_topk_prob": True, "vocab_size": 151936, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+             "tie_word_embeddings": False, "max_position_embeddings": 40960}
+
+
+def _write(tmp_path, cfg, folder="ckpt"):
+    d = tmp_path / folder
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_checkpoint_directory_and_gpt2_style(tmp_path):
+    m = load_model(str(_write(tmp_path, GPT2, "gpt2")))
+    assert (m.name, m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size) == ("gpt2", 12, 768, 12, 3072)
+    assert (m.gated_mlp, m.tied_embeddings, m.normalization.value, m.position_embedding) == (False, True, "layernorm", "learned_absolute")
+    # 12 x 12 h^2 + wte 50257 x 768 = 123.5M; GPT-2's 124.4M adds wpe and biases (not counted)
+    assert total_params_billion(m) == pytest.approx(0.1244, rel=0.01)
+
+
+def test_llama4_nested_text_config(tmp_path):
+    m = load_model(str(_write(tmp_path, SCOUT, "Llama-4-Scout-17B-16E")))
+    assert (m.num_layers, m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.ffn_hidden_size) == (48, 16, 1, 8192, 16384)
+    assert m.moe_shared_expert_ffn_size == 8192 and m.num_moe_layers == 48  # interleave step 1: every layer MoE
+    # Scout: 109B total (Meta's model card)
+    assert total_params_billion(m) == pytest.approx(109, rel=0.02)
+
+
+def test_qwen3_moe_routing_and_layers(tmp_path):
+    cfg = dict(QWEN3_MOE, mlp_only_layers=[0, 47])
+    m = load_model(str(_write(tmp_path, cfg, "qwen")))
+    assert m.num_moe_layers == 46 and not m.is_moe_layer(0) and m.is_moe_layer(1)
+    assert m.moe_router_topk_norm and m.qk_layernorm
+    # Qwen3-30B-A3B: 30.5B parameters (model card)
+    base = load_model(str(_write(tmp_path, QWEN3_MOE, "qwen-base")))
+    assert total_params_billion(base) == pytest.approx(30.5, rel=0.02)
+
+
+def test_deepseek_v3_preset_routing():
+    m = load_model("deepseek-v3")
+    assert (m.moe_router_score_function.value, m.moe_router_expert_bias, m.moe_router_num_groups, m.moe_router_group_topk) == ("sigmoid", True, 8, 4)
+    assert m.mtp_num_layers == 1 and m.moe_router_topk_scaling_factor == 2.5 and m.rope_scaling.type == "yarn"
+    assert m.num_moe_layers == 58  # first_k_dense_replace = 3
+    # 671B main model + 14B MTP module = 685B (DeepSeek-V3 README, "Model Summary")
+    assert total_params_billion(m) == pytest.approx(685, rel=0.01)
+
+
+def test_directory_without_config_names_the_rule(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no config.json"):
+        load_model(str(tmp_path / "empty"))
+
+
+def test_missing_required_key_names_it(tmp_path):
+    cfg = {k: v for k, v in QWEN3_MOE.items() if k != "vocab_size"}
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, cfg)))
+    assert err.value.field == "model.vocab_size"
