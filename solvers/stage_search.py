@@ -95,7 +95,10 @@ def solve_top_cores(batch: Batch, ranking: Ranking, options: PerStageOptions) ->
         if isinstance(table, str):
             sol = StageSolution(sc, "REFUSED", [], [], None, float("nan"), float("nan"), 0.0, reason=table)
         else:
-            sol = solve_core(m, c, t, p, sc, table, time_limit_seconds=left)
+            try:
+                sol = solve_core(m, c, t, p, sc, table, time_limit_seconds=left)
+            except StageModelError as exc:
+                sol = StageSolution(sc, "REFUSED", [], [], None, float("nan"), float("nan"), 0.0, reason=str(exc))
         sol.solve_seconds = time.perf_counter() - began
         solutions.append(sol)
         started.append(row)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -103,6 +104,13 @@ def stage_memory_bytes(fixed: np.ndarray, per_microbatch: np.ndarray, held: np.n
     return (fixed + per_microbatch * held) * (1 + params.memory.fragmentation) + params.memory.reserve_bytes
 
 
+def _snap(x: float) -> float:
+    """x as the nearest fraction with a small denominator (m, 1 / vpp, 0) when it is one up
+    to float rounding."""
+    f = float(Fraction(x).limit_denominator(4096))
+    return f if abs(f - x) <= SEPARABLE_RTOL * max(1.0, abs(x)) else x
+
+
 def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule, pp: int, hop_seconds: float) -> tuple[float, float, float]:
     """(a, b, c) with pipeline time = a max_r t_r + b (sum_r t_r - max_r t_r) + c, read off the
     cost model's pipeline_seconds with probe stage times, and checked on a third probe."""
@@ -113,8 +121,8 @@ def pipeline_coefficients(microbatches: int, vpp: int, schedule: Schedule, pp: i
                                       np.asarray([pp]), np.asarray([hop_seconds]))[0])
 
     c = run([])
-    a = run([1.0]) - c
-    b = run([1.0, 1.0]) - a - c
+    a = _snap(run([1.0]) - c)
+    b = _snap(run([1.0, 1.0]) - c - a)
     probe = [3.0, 1.0] + [2.0] * (pp - 2)
     expect = 3 * a + b * (sum(probe) - 3) + c
     if abs(run(probe) - expect) > SEPARABLE_RTOL * max(1.0, abs(expect)):
