@@ -19,7 +19,7 @@ from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
-from solvers.stages import StageCore, bounds
+from solvers.stages import StageCore, bounds, dense_prefix
 
 
 @dataclass
@@ -44,10 +44,10 @@ def compositions(total: int, lo: list[int], hi: list[int]) -> list[tuple[int, ..
 def oracle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, params: CostParams, sc: StageCore) -> OracleResult:
     """The fastest plan of the core that fits (fewest recomputed layers among equally fast)."""
     pp = sc.core.pp
-    lo, hi = bounds(model, pp, sc.vpp)
-    mtp = model.mtp_num_layers
+    lo, hi = bounds(model, pp)
+    mtp, k = model.mtp_num_layers, dense_prefix(model)
     base = Plan.model_validate({**sc.core.model_dump(), "vpp": sc.vpp, "schedule": sc.schedule,
-                                "layout": rank_layout(list(compositions(model.num_layers, lo, hi)[0]), sc.vpp, mtp).text()})
+                                "layout": rank_layout(list(compositions(model.num_layers, lo, hi)[0]), sc.vpp, mtp, k).text()})
     row = PlanTable.from_plans([base], cluster.num_gpus)
     splits = compositions(model.num_layers, lo, hi)
     # (split, recompute counts) pairs: one batch per split with free counts (the cost model
@@ -59,7 +59,7 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, param
     best = OracleResult(float("inf"), [], [], sum(len(c) for c in chunks))
     for chunk in chunks:
         tab = row.take(np.zeros(len(chunk), dtype=int))
-        tab.layout = np.asarray([intern(rank_layout(list(layers), sc.vpp, mtp).text()) for layers, _ in chunk])
+        tab.layout = np.asarray([intern(rank_layout(list(layers), sc.vpp, mtp, k).text()) for layers, _ in chunk])
         tab.rc_stages = np.asarray([intern(counts) for _, counts in chunk])
         res = evaluate(Batch(model, cluster, training, params, tab))
         fits = np.flatnonzero(res.memory_bytes <= cluster.gpu.hbm_bytes)

@@ -88,12 +88,12 @@ def dense_prefix(model: ModelSpec) -> int:
     return model.moe_first_k_dense_layers
 
 
-def bounds(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[list[int], list[int]]:
+def bounds(model: ModelSpec, pp: int) -> tuple[list[int], list[int]]:
     """(lowest, highest) decoder layers of each rank (module docstring), always holding the
     balanced split."""
     n, k = model.num_layers, dense_prefix(model)
     lo = [0] + [1] * (pp - 2) + [0]
-    lo[0] = max(lo[0], (k - 1) * vpp + 1 if k else 0)
+    lo[0] = max(lo[0], k)  # the dense prefix in the first virtual stage (autopar.cost.stages.rank_chunks)
     cap = min(n, max(math.ceil(CAP_FACTOR * n / pp), max(balanced_layout(n, pp, 1, model.mtp_num_layers).rank_decoders())))
     return lo, [cap] * pp
 
@@ -202,7 +202,7 @@ def stage_plan(sc: StageCore, layers: list[int], recomputed: list[int], model: M
     balanced = balanced_layout(n, len(layers), sc.vpp, mtp)
     k = dense_prefix(model)
     if balanced.rank_decoders() != list(layers) or (k and balanced.decoders[0] < k):
-        fields["layout"] = rank_layout(list(layers), sc.vpp, mtp).text()
+        fields["layout"] = rank_layout(list(layers), sc.vpp, mtp, k).text()
     if not sc.recompute_free:
         return Plan.model_validate(fields)
     counts = [min(L, R) for L, R in zip(layers, recomputed)]
@@ -222,8 +222,8 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     """Solve one core, re-cost the solution with the cost model, and check they agree."""
     start = time.perf_counter()
     P = sc.core.pp
-    lo, hi = bounds(model, P, sc.vpp)
-    table = table or sample_stages(model, cluster, training, params, sc.core, bounds(model, P)[0], hi, sc.recompute_free)
+    lo, hi = bounds(model, P)
+    table = table or sample_stages(model, cluster, training, params, sc.core, lo, hi, sc.recompute_free)
     built = build_model(table, sc, lo, cluster.gpu.hbm_bytes, params)
     empty = StageSolution(sc, "INFEASIBLE", [], [], None, math.nan, math.nan, 0.0, reason="no stage layout fits in HBM")
     if built is None:
@@ -247,7 +247,7 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
 
 def outside_bounds(model: ModelSpec, sc: StageCore) -> str:
     """Why the balanced split of the core is not in the per-stage domain ('' when it is)."""
-    lo, hi = bounds(model, sc.core.pp, sc.vpp)
+    lo, hi = bounds(model, sc.core.pp)
     layout = balanced_layout(model.num_layers, sc.core.pp, sc.vpp, model.mtp_num_layers)
     k = dense_prefix(model)
     if k and layout.decoders[0] < k:

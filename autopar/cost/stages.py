@@ -73,17 +73,21 @@ class StageTable:
         return len(self.lo)
 
 
-def rank_chunks(layers: int, vpp: int) -> list[int]:
-    """A rank's layers over its vpp chunks, larger chunks first (so chunk 0 of the first rank
-    holds a first-k-dense prefix whenever the rank holds (k-1) vpp + 1 layers or more)."""
-    base, extra = divmod(layers, vpp)
-    return [base + (1 if c < extra else 0) for c in range(vpp)]
+def rank_chunks(layers: int, vpp: int, first_at_least: int = 0) -> list[int]:
+    """A rank's layers over its vpp chunks, larger chunks first; chunk 0 holds at least
+    first_at_least of them when it can (the first rank keeps a first-k-dense prefix there)."""
+    head = min(layers, max(first_at_least, -(-layers // vpp)))
+    if vpp == 1 or head == -(-layers // vpp):
+        base, extra = divmod(layers, vpp)
+        return [base + (1 if c < extra else 0) for c in range(vpp)]
+    return [head] + rank_chunks(layers - head, vpp - 1)
 
 
-def rank_layout(ranks: list[int], vpp: int, mtp_layers: int) -> PipelineLayout:
-    """The pipeline layout with these decoder layers per rank (MTP on the last virtual stage)."""
+def rank_layout(ranks: list[int], vpp: int, mtp_layers: int, dense_prefix: int = 0) -> PipelineLayout:
+    """The pipeline layout with these decoder layers per rank (MTP on the last virtual stage;
+    a first-k-dense prefix in the first virtual stage)."""
     pp = len(ranks)
-    chunks = [rank_chunks(n, vpp) for n in ranks]
+    chunks = [rank_chunks(n, vpp, dense_prefix if r == 0 else 0) for r, n in enumerate(ranks)]
     decoders = tuple(chunks[j % pp][j // pp] for j in range(pp * vpp))
     mtp = [0] * (pp * vpp)
     mtp[-1] = mtp_layers

@@ -1,6 +1,6 @@
 """Per-stage pipeline plans (solvers.stages) against the per-stage oracle (solvers.stage_oracle:
 every layer split within the bounds x every recompute count of every stage, each costed as a
-whole plan by the cost model) on 20 small spaces (24-32 layers, pp <= 4): dense, GQA, MoE with
+whole plan by the cost model) on 21 small spaces (24-32 layers, pp <= 4): dense, GQA, MoE with
 a dense prefix and an MTP module, 1F1B / interleaved / zero-bubble / GPipe, ZeRO-0/1/3,
 recompute free per stage or pinned (none, selective, full), memory-tight and not."""
 
@@ -27,6 +27,8 @@ SPACES = [
     ("mixtral-8x7b", {}, "dgx-h100", 16, 4096, 32, "tp=2,pp=2,ep=4,mbs=1,zero=1", False, True),
     ("mixtral-8x7b", {"num_layers": 24, "moe_first_k_dense_layers": 2, "mtp_num_layers": 1}, "dgx-h100", 16, 4096, 32,
      "tp=2,pp=2,ep=4,mbs=1,zero=1", False, True),
+    ("mixtral-8x7b", {"num_layers": 24, "moe_first_k_dense_layers": 3, "mtp_num_layers": 1}, "dgx-h100", 16, 4096, 32,
+     "tp=2,pp=2,ep=4,vpp=3,mbs=1,zero=1", False, True),  # the dense prefix stays in the first of 3 chunks
     ("llama3-8b", {"num_layers": 24}, "dgx-a100-40gb", 4, 8192, 16, "tp=2,pp=2,mbs=1,zero=1,schedule=zero-bubble", False, True),
     ("llama3-8b", {"num_layers": 24}, "dgx-a100-40gb", 4, 8192, 16, "tp=2,pp=2,vpp=2,mbs=1,zero=1", False, True),
     ("llama3-8b", {"num_layers": 28}, "dgx-a100-40gb", 4, 4096, 8, "tp=2,pp=2,mbs=1,zero=1,schedule=gpipe", False, True),
