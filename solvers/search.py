@@ -12,7 +12,8 @@ import numpy as np
 from autopar import __version__
 from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
-from autopar.cost.rules import RULES
+from autopar.cost.rules import RULES, legal_mask
+from autopar.cost.table import PlanTable
 from autopar.errors import AutoparError, InputError
 from autopar.space import SpaceOptions, candidate_space, enumerate_space
 from autopar.specs.costparams import CostParams, load_cost_params
@@ -43,6 +44,10 @@ class SearchRequest:
     options: SpaceOptions = field(default_factory=SpaceOptions)
     params: CostParams | None = None
     per_stage: PerStageOptions | None = None  # None: no per-stage solves (solvers.stage_search)
+    # a candidate table enumerated once for this GPU count (autopar.space.candidate_space) that
+    # holds every candidate of this request; run_search keeps its legal rows instead of
+    # enumerating again (autopar plan searches several batches per GPU count)
+    candidates: PlanTable | None = None
 
 
 @dataclass
@@ -54,6 +59,9 @@ class SearchOutput:
 
 
 def _batch(req: SearchRequest, cluster: ClusterSpec | None = None) -> Batch:
+    if req.candidates is not None and cluster is None:
+        space = req.candidates.take(np.flatnonzero(legal_mask(req.model, req.cluster, req.training, req.candidates)))
+        return Batch(req.model, req.cluster, req.training, req.params or load_cost_params(), space)
     cluster = cluster or req.cluster
     space = enumerate_space(req.model, cluster, req.training, req.options)
     return Batch(req.model, cluster, req.training, req.params or load_cost_params(), space)
