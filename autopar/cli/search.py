@@ -172,7 +172,7 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
         bad = ("per-stage-cores", per_stage_cores) if per_stage_cores <= 0 else ("per-stage-seconds", per_stage_seconds)
         raise InputError(*bad, "must be positive")
     stages = PerStageOptions(per_stage_cores, per_stage_seconds, "recompute" in options.fixed) if per_stage else None
-    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params, stages)
+    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params, per_stage=stages)
     started = time.perf_counter()
     shown = [False]
 

@@ -47,6 +47,9 @@ SPACES = [
 ]
 
 
+PP3 = next(s for s in SPACES if s[6] == "tp=2,pp=3,mbs=1,zero=1")  # llama3-8b, 24 layers, 6 A100-40GB
+
+
 def case(name, overrides, cluster, gpus, seq, gbs, text, pinned, flash):
     m = load_model(name).model_copy(update=overrides)
     c = load_cluster(cluster).with_gpus(gpus)
@@ -82,7 +85,7 @@ def test_cpsat_matches_the_oracle(space):
 
 
 def test_deterministic():
-    m, c, t, p, plan, pinned = case(*SPACES[8])
+    m, c, t, p, plan, pinned = case(*PP3)
     a, b = (solve_core(m, c, t, p, core_of(plan, pinned)) for _ in range(2))
     assert (a.layers, a.recomputed, a.step_seconds, a.plan.text()) == (b.layers, b.recomputed, b.step_seconds, b.plan.text())
 
@@ -109,7 +112,7 @@ def test_alternating_moe_layers_are_refused():
 
 
 def test_a_stage_cost_that_depends_on_other_stages_is_caught(monkeypatch):
-    m, c, t, p, plan, _ = case(*SPACES[8])
+    m, c, t, p, plan, _ = case(*PP3)
     real = cost_stages.evaluate
 
     def coupled(batch):  # a physics change that makes stage 0 slower when stage 2 holds more layers
@@ -124,7 +127,7 @@ def test_a_stage_cost_that_depends_on_other_stages_is_caught(monkeypatch):
 
 
 def test_a_plan_the_cost_model_costs_differently_is_refused(monkeypatch):
-    m, c, t, p, plan, pinned = case(*SPACES[8])
+    m, c, t, p, plan, pinned = case(*PP3)
     real = stages.estimate
     monkeypatch.setattr(stages, "estimate", lambda *a: real(*a).model_copy(update={"step_seconds": real(*a).step_seconds * 1.01}))
     sol = solve_core(m, c, t, p, core_of(plan, pinned))
