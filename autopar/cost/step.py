@@ -231,17 +231,20 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     grad_sync=step (torch.distributed.pipelining): weights stay gathered through all
     micro-batches and every reduce-scatter runs once after the last backward, not overlapped."""
     t, tr, prm = b.tab, b.training, b.params
-    group = b.group("zero")
     n = np.maximum(n_layers, 1)[None, :]
     c_f, c_b = fwd / n, bwd / n
     ag_total = rs_total = copies = 0.0
+    # dense weights shard over the ZeRO group; routed experts over their expert-data-parallel
+    # group (strided by ep x etp: often one rank per node), each with its own collectives
     for j in range(len(dense_layer)):
-        params = dense_layer[j] / t.tp + routed_layer[j] / (t.ep * t.etp)
-        ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
-        rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
-        ag_total = ag_total + counts[j][None, :] * ag[:, None]
-        rs_total = rs_total + counts[j][None, :] * rs[:, None]
-        copies = copies + counts[j][None, :] * params[:, None]
+        for params, group in ((dense_layer[j] / t.tp, b.group("zero")), (routed_layer[j] / (t.ep * t.etp), b.group("edp"))):
+            if not np.any(params):
+                continue
+            ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
+            rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
+            ag_total = ag_total + counts[j][None, :] * ag[:, None]
+            rs_total = rs_total + counts[j][None, :] * rs[:, None]
+            copies = copies + counts[j][None, :] * np.broadcast_to(params, (len(t),))[:, None]
     a, r = ag_total / n, rs_total / n
     reshard = (t.reshard == 1)[:, None]
     per_mb_sync = (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))[:, None]

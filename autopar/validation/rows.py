@@ -41,7 +41,9 @@ USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", 
 
 DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - micro_batch_size and recompute when not published: the fastest choice that fits in memory
-  (the run did run); the row's report lists what was resolved ('resolved')
+  (the run did run); the row's report lists what was resolved ('resolved'). Interleaving is
+  not resolved this way: it takes an explicit flag in every framework, so a row that does not
+  name it ran without it
 - cp, ep, vpp: 1; etp: tp (Megatron default)
 - precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
@@ -256,8 +258,6 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         dp = (row.get("num_gpus") or 1) // (tp * pp * fields["cp"])
         if (dp * fields["cp"] * tp) % (fields["ep"] * tp):  # expert TP = TP does not fit: the row folded experts
             open_choices.append("etp")
-    if row.get("vpp") is None and pp > 1 and "schedule" not in fields and "layout" not in fields:
-        open_choices.append("vpp")
     recompute = _recompute(row)
     if recompute is None:
         open_choices.append("recompute")
