@@ -1,4 +1,4 @@
-"""One training step for every plan of a Batch (DESIGN.md 'Step'; Narayanan et al. 2021
+"""One training step for every plan of a Batch (docs/design.md 'Step'; Narayanan et al. 2021
 section 3; seed 000 'Гибридный параллелизм').
 
 Step = pipeline(m x critical stage per-micro-batch time + fill/drain) + exposed DP
