@@ -1,4 +1,4 @@
-"""One training step for every plan of a Batch (DESIGN.md 'Step'; Narayanan et al. 2021
+"""One training step for every plan of a Batch (docs/design.md 'Step'; Narayanan et al. 2021
 section 3; seed 000 'Гибридный параллелизм').
 
 Step = pipeline(m x critical stage per-micro-batch time + fill/drain) + exposed DP
@@ -19,7 +19,7 @@ from autopar.cost.flops import activation_message_bytes, embedding_params, layer
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.cost.pipeline import pipeline_seconds
-from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups
+from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups, row_groups
 from autopar.specs.plan import GradSync
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
@@ -84,12 +84,29 @@ def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -
     return counts
 
 
+# The plan columns a layer's per-micro-batch costs depend on (autopar.cost.layer): its GEMM
+# shapes, attention, element-wise work, TP/CP/EP collectives and their groups' placement.
+LAYER_COLUMNS = ("tp", "cp", "ep", "etp", "mbs", "sp", "tp_overlap", "cp_algo", "dispatcher", "ep_overlap")
+
+
+def _layer_parts_by_config(batch: Batch, kinds: list[int]) -> list[dict[str, np.ndarray]]:
+    """layer_parts of every kind for every plan, costed once per distinct layer configuration
+    (a space of a million plans has a few hundred) and spread back to the plans."""
+    first, config_of = row_groups(*(getattr(batch.tab, c) for c in LAYER_COLUMNS))
+    reps = Batch(batch.model, batch.cluster, batch.training, batch.params, batch.tab.take(first))
+    out = []
+    for i in kinds:
+        parts = layer_parts(reps, i)
+        out.append({k: np.broadcast_to(np.asarray(v, dtype=float), (len(first),))[config_of] for k, v in parts.items()})
+    return out
+
+
 def evaluate(batch: Batch) -> StepResult:
     """Cost every plan of the batch (plans whose layout breaks a rule must be filtered first:
     autopar.cost.rules)."""
     t = batch.tab
     kinds = _layer_kinds(batch)
-    per_kind = [layer_parts(batch, i) for i in kinds]
+    per_kind = _layer_parts_by_config(batch, kinds)
     n = len(t)
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
