@@ -26,6 +26,7 @@ from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
 from solvers import cpsat, exhaustive
 from solvers.base import Objective, Ranking
+from solvers.stage_search import PerStageOptions, per_stage_plans
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
 CHUNK_ROWS = 256  # ranked rows estimated at a time while collecting the top plans
@@ -52,6 +53,7 @@ class SearchRequest:
     params: CostParams | None = None
     plan_filter: PlanFilter | None = field(default=None, repr=False)
     filter_name: str | None = None  # what plan_filter stands for, e.g. "deepspeed" (SearchInfo.framework)
+    per_stage: PerStageOptions | None = None  # None: no per-stage solves (solvers.stage_search)
     # a candidate table enumerated once for this GPU count (autopar.space.candidate_space) that
     # holds every candidate of this request; run_search keeps its legal rows instead of
     # enumerating again (autopar plan searches several batches per GPU count)
@@ -106,12 +108,24 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
         raise NoFeasiblePlan(f"no plan that fits is runnable by {req.filter_name or 'the filter'} among the best "
                              f"{walk.num_scanned:,}; the best one is refused: {walk.first_refusal}")
     plans = [RankedPlan(plan=g[0][0], estimate=g[0][1], equal_cost_variants=[p.text() for p, _ in g[1:]]) for g in walk.groups]
+    per_stage = None
+    if req.per_stage is not None:
+        plans, per_stage = _with_per_stage(req, batch, ranking, plans)
     seconds = time.perf_counter() - start
-    info = SearchInfo(solver=ranking.solver, seconds=seconds, num_feasible=ranking.num_feasible,
-                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal, framework=req.filter_name)
+    info = SearchInfo(solver=ranking.solver, seconds=seconds, num_feasible=ranking.num_feasible, num_evaluated=ranking.num_evaluated,
+                      proved_optimal=ranking.proved_optimal, per_stage=per_stage, framework=req.filter_name)
     results = Results(autopar_version=__version__, inputs=Inputs(model=req.model, cluster=req.cluster, training=req.training),
                       plans=plans, search=info)
     return SearchOutput(results, ranking, batch, seconds, walk.num_refused, walk.first_refusal)
+
+
+def _with_per_stage(req: SearchRequest, batch: Batch, ranking: Ranking, plans: list[RankedPlan]):
+    """The per-stage solves merged into the distinct plans; a per-stage plan the plan filter
+    refuses (the framework cannot express its layout) is left out."""
+    merged, info = per_stage_plans(batch, ranking, plans, len(plans) + req.per_stage.max_cores, req.per_stage)
+    if req.plan_filter is not None:
+        merged = [rp for rp in merged if rp in plans or req.plan_filter(rp.plan, rp.estimate) is None]
+    return merged[:req.top_k], info
 
 
 def _ranked_chunks(req: SearchRequest, batch: Batch, ranking: Ranking) -> Iterator[np.ndarray]:

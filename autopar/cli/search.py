@@ -13,7 +13,8 @@ from autopar.errors import InputError
 
 # autopar.space.FIXABLE, spelled here so that --help imports no numpy (tests/cli/test_lazy.py)
 FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order")
-MAX_REFINE_TRIALS = 100_000
+# solvers.stage_search.DEFAULT_CORES / DEFAULT_SECONDS, spelled here for the same reason
+PER_STAGE_CORES, PER_STAGE_SECONDS = 8, 5.0
 _SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0, "yes": 1, "no": 0}
 
 
@@ -71,10 +72,13 @@ def _table(output, references: list[str]) -> str:
         if rp.equal_cost_variants:
             n = len(rp.equal_cost_variants)
             lines.append(f"{'':>4} {'':>9} (+{n} equal-cost variant{'s' if n > 1 else ''}: {variant_hint(rp)}; all in --json)")
+        if len(e.stages) > 1:
+            lines.append(f"{'':>4} {'':>9} {_stages_line(e)}")
     s = res.search
     lines.append("")
     lines.append(f"{s.solver}: {s.num_evaluated:,} plans, {s.num_feasible:,} fit; {'proved optimal' if s.proved_optimal else 'best found'} "
                  f"in {s.seconds:.2f} s" + (f"; only plans {s.framework} runs ({output.num_refused:,} better ones refused)" if s.framework else ""))
+    lines.append(_per_stage_line(s.per_stage))
     lines += references
     if res.plans:
         best = res.plans[0].estimate
@@ -104,27 +108,39 @@ def _reference_line(plan, model, cluster, training, output) -> str:
     return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; {fit}"
 
 
-def _refine(output, model, cluster, training, params, num_trials, seed, plan_filter=None) -> str:
-    """Refine the top plans; a better plan (that the --framework runs) goes to rank 1 of the
-    results. Returns the summary line."""
-    from autopar.specs.results import RankedPlan
-    from solvers.refine import refine
+def _run_length(values: list[int]) -> str:
+    """7/8x14/7: equal neighbours folded."""
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        out.append(f"{values[i]}x{j - i + 1}" if j > i else str(values[i]))
+        i = j + 1
+    return "/".join(out)
 
-    res = output.results
-    starts = [rp.plan for rp in res.plans]
-    r = refine(model, cluster, training, starts, max(num_trials, len(starts)), params, seed)
-    head = f"refine: {r.num_trials} Optuna trials (seed {seed}), {r.num_feasible} fit"
-    if not r.improved:
-        return f"{head}; no plan beats the {res.search.solver} best ({r.start.step_seconds:.3f} s)"
-    refused = plan_filter(r.best_plan, r.best) if plan_filter else None
-    if refused:
-        return f"{head}; the best refined plan is refused by {res.search.framework} ({refused}); the ranking is kept"
-    res.plans = [RankedPlan(plan=r.best_plan, estimate=r.best)] + res.plans[: max(0, len(res.plans) - 1)]
-    res.search.solver = f"{res.search.solver}+refine"
-    res.search.proved_optimal = False  # rank 1 is now the refined plan, outside the table the solver proved
-    return (f"{head}; step {r.start.step_seconds:.3f} s -> {r.best.step_seconds:.3f} s ({-100 * r.gain:+.1f}%, "
-            f"tokens/s {r.start.tokens_per_second:,.0f} -> {r.best.tokens_per_second:,.0f}), stages {r.start.stage_layers} -> {r.best.stage_layers}\n"
-            f"  was {r.start.plan}\n  now {r.best.plan}")
+
+def _stages_line(e) -> str:
+    """Per-stage layers and recomputed layers of a pipelined plan (first stage first)."""
+    rec = [s.recompute_layers for s in e.stages]
+    text = f"stages: layers {_run_length([s.layers for s in e.stages])}"
+    return text + (f", recompute {_run_length(rec)}" if any(rec) else "")
+
+
+def _per_stage_line(info) -> str:
+    """What the per-stage solves did, and the largest gain over a core's balanced plan."""
+    if info is None:
+        return "per-stage: off"
+    found = [s for s in info.solves if s.step_seconds is not None]
+    proved = sum(s.status == "OPTIMAL" for s in found)
+    compared = [s for s in found if s.balanced_fits]
+    head = (f"per-stage: {len(info.solves)} cores in {info.seconds:.2f} s ({proved} proved optimal, "
+            f"{len(info.solves) - len(found)} without a plan that fits, {info.cores_skipped} skipped by the time budget)")
+    if not compared:
+        return head
+    top = min(compared, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))
+    return head + (f"; largest gain {100 * (top.step_seconds / top.balanced_step_seconds - 1):+.1f}% "
+                   f"({top.balanced_step_seconds:.3f} s balanced -> {top.step_seconds:.3f} s per-stage: {top.plan})")
 
 
 def _progress(as_json: bool):
@@ -163,12 +179,13 @@ def _progress(as_json: bool):
 @click.option("--emit", "emit_format", type=click.Choice(FRAMEWORKS), default=None,
               help="Write the launcher of the best plan; implies --framework (the plan is the best one the framework runs)")
 @click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes")
-@click.option("--refine", "refine_trials", type=int, default=None,
-              help="Then tune stage layouts, recompute layers and micro-batch of the top plans with N Optuna trials (full cost model)")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --refine sampler")
+@click.option("--per-stage/--no-per-stage", default=True, show_default=True,
+              help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
+@click.option("--per-stage-cores", type=int, default=PER_STAGE_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
+@click.option("--per-stage-seconds", type=float, default=PER_STAGE_SECONDS, show_default=True, help="Time budget of the per-stage solves, seconds")
 def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, objective, top_k,
            solver, fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, framework, as_json, out,
-           emit_format, emit_dir, refine_trials, seed):
+           emit_format, emit_dir, per_stage, per_stage_cores, per_stage_seconds):
     """Search the plan space and rank the fastest (or cheapest) plans that fit.
 
     Without --seq-len the sequence is the model's max_position_embeddings, at most 8192 (the
@@ -180,6 +197,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     from autopar.specs import parse_plan
     from autopar.specs.costparams import params_for_cluster
     from solvers import Objective, SearchRequest, run_search
+    from solvers.stage_search import PerStageOptions
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
@@ -188,22 +206,22 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
-    if refine_trials is not None and not 0 < refine_trials <= MAX_REFINE_TRIALS:
-        raise InputError("refine", refine_trials, "must be a positive number of trials" + (f" at most {MAX_REFINE_TRIALS:,}" if refine_trials > 0 else ""))
+    if not (per_stage_cores > 0 and 0 < per_stage_seconds < float("inf")):
+        bad = ("per-stage-cores", per_stage_cores) if per_stage_cores <= 0 else ("per-stage-seconds", per_stage_seconds)
+        raise InputError(*bad, "must be positive and finite")
     framework = resolve_framework(framework, emit_format)
     reference_plans = [check_stage_layout(parse_plan(text), model) for text in references]  # bad ones fail before the search
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
+    stages = PerStageOptions(per_stage_cores, per_stage_seconds, "recompute" in options.fixed) if per_stage else None
     request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params,
                             plan_filter=framework_filter(framework, model, cluster, training) if framework else None,
-                            filter_name=framework)
+                            filter_name=framework, per_stage=stages)
     progress, close = _progress(as_json)
     try:
         output = run_search(request, progress)
     finally:
         close()
     lines = [_reference_line(p, model, cluster, training, output) for p in reference_plans]
-    if refine_trials is not None:
-        lines.append(_refine(output, model, cluster, training, params, refine_trials, seed, request.plan_filter))
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)

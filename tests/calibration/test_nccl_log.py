@@ -1,5 +1,5 @@
 """nccl-tests parser on every sample log (calibration/data/nccl, copied verbatim from
-shared/calibration-samples/nccl) and on garbage. Expected values are SOURCES.md's tables
+calibration/data/nccl) and on garbage. Expected values are SOURCES.md's tables
 (n, range, peak busbw) -- the peak is checked exactly (it is printed in the log)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ AR, AG, SR = Collective.all_reduce, Collective.all_gather, Collective.send_recv
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 
 # file: (collective, ranks, nodes, min size, max size, number of sizes, peak busbw GB/s, partial)
-# source: calibration/data/nccl/SOURCES.md (= shared/calibration-samples/nccl/SOURCES.md)
+# source: calibration/data/nccl/SOURCES.md (= calibration/data/nccl/SOURCES.md)
 SAMPLES = {
     # nccl-tests#309 4- and 8-node runs (held out in calibration/heldout.py)
     "h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt": (AR, 32, 4, 8, 16 * G, 32, 365.84, False),

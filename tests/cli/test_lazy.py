@@ -52,3 +52,7 @@ def test_spelled_choices_match_the_enums():
     assert OBJECTIVES == tuple(o.value for o in Objective)
     assert FRAMEWORKS == tuple(FORMATS)
     assert FIXABLE == SPACE_FIXABLE
+    from autopar.cli.search import PER_STAGE_CORES, PER_STAGE_SECONDS
+    from solvers.stage_search import DEFAULT_CORES, DEFAULT_SECONDS
+
+    assert (PER_STAGE_CORES, PER_STAGE_SECONDS) == (DEFAULT_CORES, DEFAULT_SECONDS)
