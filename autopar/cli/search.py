@@ -78,7 +78,7 @@ def _table(output, references: list[str]) -> str:
     lines.append("")
     lines.append(f"{s.solver}: {s.num_evaluated:,} plans, {s.num_feasible:,} fit; {'proved optimal' if s.proved_optimal else 'best found'} "
                  f"in {s.seconds:.2f} s" + (f"; only plans {s.framework} runs ({output.num_refused:,} better ones refused)" if s.framework else ""))
-    lines.append(_per_stage_line(s.per_stage))
+    lines.append(_per_stage_line(s.per_stage) + (f"; per-stage plans {s.framework} refuses are left out" if s.framework and s.per_stage else ""))
     lines += references
     if res.plans:
         best = res.plans[0].estimate
@@ -206,9 +206,10 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
-    if not (per_stage_cores > 0 and 0 < per_stage_seconds < float("inf")):
-        bad = ("per-stage-cores", per_stage_cores) if per_stage_cores <= 0 else ("per-stage-seconds", per_stage_seconds)
-        raise InputError(*bad, "must be positive and finite")
+    if per_stage_cores <= 0:
+        raise InputError("per-stage-cores", per_stage_cores, "must be positive")
+    if not 0 < per_stage_seconds < float("inf"):
+        raise InputError("per-stage-seconds", per_stage_seconds, "must be positive" if per_stage_seconds <= 0 else "must be a finite number")
     framework = resolve_framework(framework, emit_format)
     reference_plans = [check_stage_layout(parse_plan(text), model) for text in references]  # bad ones fail before the search
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)

@@ -218,15 +218,18 @@ def test_gpus_beyond_the_fabric_need_the_flag():
 
 
 def test_framework_constrains_the_search(tmp_path):
-    # DeepSpeed has no tensor parallelism for a generic script (autopar/emit/deepspeed.py), so
-    # --framework deepspeed ranks tp=1 plans only; unconstrained, the best plan uses tp > 1
+    # DeepSpeed runs no tensor parallelism for a generic script, only Ulysses context parallelism
+    # and the 1F1B pipeline (autopar/emit/deepspeed.py), so --framework deepspeed ranks only such
+    # plans; unconstrained, the best plan is interleaved with ring CP
     args = ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "256", "--seq-len", "8192", "--global-batch", "512", "--top", "3"]
     free = json.loads(run(args + ["--json"]).output)
-    assert free["plans"][0]["plan"]["tp"] > 1
+    assert free["plans"][0]["plan"]["schedule"] == "interleaved" and free["plans"][0]["plan"]["cp_algo"] == "ring"
     r = run(args + ["--emit", "deepspeed", "--emit-dir", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     ranked = json.loads(r.stdout)
     assert ranked["search"]["framework"] == "deepspeed"
-    assert all(p["plan"]["tp"] == 1 and p["plan"]["schedule"] in (None, "1f1b") for p in ranked["plans"])
+    for p in ranked["plans"]:
+        plan = p["plan"]
+        assert plan["tp"] == 1 and plan["schedule"] in (None, "1f1b") and (plan["cp"] == 1 or plan["cp_algo"] == "ulysses")
     assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 512
     assert run(args + ["--framework", "megatron", "--emit", "deepspeed"]).stderr.startswith("Error: framework='megatron': differs from --emit")

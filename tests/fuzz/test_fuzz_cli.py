@@ -156,7 +156,8 @@ SEARCH_BAD_OPTIONS = {
               "tp=1e400", "tp=true", "mbs=0", "order=dp-first", "cp_algo=torus", "schedule=none"],
     "--max-gbs-tokens": ["1", "nan", "x", "0"],
     "--solver": ["gurobi"], "--objective": ["speed"], "--framework": ["jax"], "--emit": ["jax"],
-    "--refine": ["0", "-1", "x"], "--reference": ["tp=3", "x=1", "tp=0,pp=0"],
+    "--per-stage-cores": ["0", "-1", "x"], "--per-stage-seconds": ["0", "-1", "nan", "inf", "x"],
+    "--reference": ["tp=3", "x=1", "tp=0,pp=0", "pp=2,first=40"],
     "--colour": ["red"],
 }
 
@@ -181,7 +182,7 @@ def bad_search_args(draw, folder: Path, command: str = "search") -> list[str]:
     else:
         base[option] = draw(st.sampled_from(SEARCH_BAD_OPTIONS[option]))
     if command == "estimate" and option in ("--top", "--fix", "--max-gbs-tokens", "--solver", "--objective", "--framework", "--emit",
-                                            "--refine", "--reference", "--out"):
+                                            "--per-stage-cores", "--per-stage-seconds", "--reference", "--out"):
         base["--plan"] = draw(st.sampled_from(["tp=3", "tp=8,tp=8", "foo=1", "vpp=2", "pp=2,first=40", "sp=maybe", "tp=nan", "zero=9"]))
     else:
         base.setdefault("--plan", "tp=8") if command == "estimate" else None
