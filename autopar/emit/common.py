@@ -190,6 +190,13 @@ def training_key(training: TrainingSpec) -> dict:
     }
 
 
+def checkpoint_interval_steps(job: EmitJob) -> int | None:
+    """Steps between checkpoints the plan was costed with (issue 11's `autopar plan` puts
+    checkpoint_interval_steps in its estimate); None until an estimate carries it."""
+    value = getattr(job.estimate, "checkpoint_interval_steps", None)
+    return int(value) if value else None
+
+
 def rendezvous_block(job) -> str:
     """The torchrun rendezvous variables (from the environment, defaulting to the plan's
     cluster) and the check that they add up to the plan's GPU count."""

@@ -13,7 +13,9 @@ import shlex
 
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
+from autopar.emit.common import (
+    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block, uneven_first_last,
+)
 from autopar.emit.megatron_model import max_position_embeddings, mla_flags, model_flags, moe_flags
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
@@ -270,7 +272,7 @@ TRAIN_ARGS=(
   --log-interval 1
 )
 if [ -n "${{CKPT_DIR:-}}" ]; then
-  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-500}}")
+  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-{checkpoint_interval_steps(job) or 500}}}")
 fi
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\

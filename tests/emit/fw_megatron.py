@@ -10,13 +10,22 @@ real run has it)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
-from unittest import mock
+import typing
 
-from autopar.emit.megatron_parse import argv_from_script, world_size_from_script
+import typing_extensions
+
+# megatron-core 0.19.2 is built for Python 3.12; its only 3.12-only name on the import path the
+# tests use is typing.override (megatron/training/models/hybrid.py): the same decorator, 3.11 spelling.
+if not hasattr(typing, "override"):
+    typing.override = typing_extensions.override
+
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from unittest import mock  # noqa: E402
+
+from autopar.emit.megatron_parse import argv_from_script, world_size_from_script  # noqa: E402
 
 # TE's fused MoE permutation kernels (moe_permute_fusion, set by the DeepSeek-V3 recipe)
 TE_PERMUTE = ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",

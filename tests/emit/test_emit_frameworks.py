@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ import pytest
 from autopar.emit import FORMATS
 from emit_cases import GOLDEN_CASES, make_job
 from frameworks import differences, missing_keys, planned
+from fw_bridge import offline_hub
+
+# huggingface_hub reads HF_HOME once, at import: serve the presets' config.json before any import
+HUB = Path(tempfile.mkdtemp(prefix="autopar-hf-"))
+os.environ.update(offline_hub(HUB))
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +58,9 @@ def resolver(fmt: str):
     return resolve_bridge
 
 
-@pytest.fixture(scope="session")
-def hub_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("hf")
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-def test_framework_loads_artefact_as_planned(case, fmt, hub_cache):
+def test_framework_loads_artefact_as_planned(case, fmt):
     job = make_job(*GOLDEN_CASES[case])
     folder = GOLDEN / case / fmt
     refused = folder / "REFUSED.txt"
@@ -69,7 +70,7 @@ def test_framework_loads_artefact_as_planned(case, fmt, hub_cache):
         assert rules, f"{case}/{fmt}: a refusal must name the framework rule"
         return
     resolve = resolver(fmt)
-    args = (folder, job, hub_cache) if fmt == "megatron-bridge" else (folder, job)
+    args = (folder, job, HUB) if fmt == "megatron-bridge" else (folder, job)
     try:
         resolved = resolve(*args)
     except Exception as exc:

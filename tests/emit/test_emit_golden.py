@@ -50,3 +50,17 @@ def test_every_artefact_has_the_header(golden_job):
                 for needle in ("plan:", "predicted step time 10.000 s", "1,000,000 tokens/s", "MFU 40.0%",
                                "memory 60.00 GB per GPU", "autopar 0.0.0-test"):
                     assert needle in text, f"{case}/{fmt}/{name} lacks {needle!r}"
+
+
+def test_refusals_name_the_rules_emit_refuses_with(golden_job):
+    """`refusals` (for search --emit/--framework) agrees with emit: [] exactly when emit writes files."""
+    from autopar.emit import refusals
+
+    for case in GOLDEN_CASES:
+        job = golden_job(case)
+        for fmt in FORMATS:
+            found = refusals(job, fmt)
+            files = rendered(job, fmt)
+            assert (found == []) == ("REFUSED.txt" not in files), f"{case}/{fmt}"
+            for rule in found:
+                assert rule in files.get("REFUSED.txt", ""), f"{case}/{fmt}: {rule}"
