@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 from unittest import mock
 
-from fw_megatron import layers_per_rank, megatron_process
+from fw_megatron import chunk_layers, layers_per_rank, megatron_process, recompute_per_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 HF_REPOS = {  # recipe's hub id -> preset file (profiles/models/SOURCES.md names the hub file)
@@ -107,14 +107,8 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
     pp, vpp = m.pipeline_model_parallel_size, m.virtual_pipeline_model_parallel_size or 1
     ranks, mtp = layers_per_rank(m, pp, vpp)
     dp = cfg.data_parallel_size
-    from fw_megatron import chunk_layers
-
-    chunks = chunk_layers(m, pp, vpp, ranks)
-    recompute = m.recompute_granularity or "none"
-    recomputed = [0] * pp
-    if recompute == "full":
-        n = m.recompute_num_layers
-        recomputed = [sum(chunks[r]) if m.recompute_method == "uniform" else sum(min(n, c) for c in chunks[r]) for r in range(pp)]
+    # the provider is a TransformerConfig: recompute_granularity/method/num_layers as Megatron-LM's args
+    recompute, recomputed = recompute_per_rank(m, chunk_layers(m, pp, vpp, ranks))
     out = {
         "tp": m.tensor_model_parallel_size, "pp": pp, "cp": m.context_parallel_size, "dp": dp, "vpp": vpp,
         "mbs": t.micro_batch_size, "gbs": t.global_batch_size, "microbatches": t.global_batch_size // (t.micro_batch_size * dp),
