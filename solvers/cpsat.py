@@ -78,9 +78,10 @@ def build_model(tables: Tables) -> tuple[cp_model.CpModel, dict[str, cp_model.In
     pairs = np.asarray(tables.allowed, dtype=np.int64)
     core_idx, outer_idx = pairs[:, 0], pairs[:, 1]
     q = lambda x: np.rint(np.asarray(x) / STEP_QUANTUM_SECONDS).astype(np.int64)  # noqa: E731
-    body = q(tables.microbatches[core_idx] * tables.t_max[core_idx])
-    fill = q(tables.rest[core_idx] / tables.outer_vpp[outer_idx] * (1 - tables.outer_zero_bubble[outer_idx]))
-    total = body + fill + q(tables.fixed[core_idx])
+    # body m x T_max, fill (autopar.cost.pipeline.pipeline_fill) and F, composed in numpy
+    # (autopar.cost.compose) for each allowed (core, outer) pair
+    rows = np.asarray([tables.row_of_pair[(int(c), int(o))] for c, o in zip(core_idx, outer_idx)], dtype=np.int64)
+    total = q(tables.step_seconds[rows])
     pair = model.new_int_var(0, len(pairs) - 1, "pair")
     step = model.new_int_var(int(total.min()), int(total.max()), "step")
     model.add_element(pair, total.tolist(), step)

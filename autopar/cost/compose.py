@@ -11,7 +11,7 @@ import numpy as np
 
 from autopar.cost.context import Batch
 from autopar.cost.memory import in_flight_microbatches
-from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE
+from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.step import StepResult, evaluate
 from autopar.cost.table import SCHEDULE, row_groups
 from autopar.specs.plan import Schedule
@@ -59,7 +59,7 @@ def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray
     those change (the solvers compose them instead of re-costing)."""
     m = microbatches.astype(float)
     t_max, rest = result.stage_max_seconds[rows], result.stage_rest_seconds[rows]
-    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / vpp, rest))
+    fill = pipeline_fill(rest, m, vpp, schedule, pp, result.pp_hop_seconds[rows])
     fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
     step = m * t_max + fill + fixed_parts
     mem = params.memory

@@ -15,6 +15,7 @@ from autopar.specs.costparams import CostParams
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import RankOrder
+from autopar.specs.stack import StackSpec, load_stack
 from autopar.specs.training import TrainingSpec
 
 PP_INNER = ORDER.index(RankOrder.tp_cp_ep_pp_dp)
@@ -52,6 +53,11 @@ class Batch:
     def expert_dp(self) -> np.ndarray:
         t = self.tab
         return np.maximum(1, t.dp * t.cp * t.tp // (t.ep * t.etp))
+
+    @cached_property
+    def stack(self) -> StackSpec:
+        """The mechanisms of the training's software stack (profiles/stacks)."""
+        return load_stack(self.training.stack)
 
     @property
     def wgrad(self) -> float:

@@ -14,6 +14,7 @@ from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
+from autopar.specs.trust import family_error, family_of
 
 
 def bottleneck(time: dict[str, float]) -> Bottleneck:
@@ -62,6 +63,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
         worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,
         bottleneck=bottleneck(time), time_to_train_seconds=ttt,
+        validated=family_error(family_of(model.is_moe, plan.zero, training.precision.value, cluster.gpu.architecture)),
         cost_usd=ttt / 3600 * price * cluster.num_gpus if ttt is not None and price is not None else None,
     )
 

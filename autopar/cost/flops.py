@@ -119,9 +119,12 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, 
     return (2 if frozen_weights else 3) * forward
 
 
-def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int, capacity: float = 1.0) -> list[Gemm]:
-    """Forward GEMMs of layer `index` on one GPU for `tokens` tokens (Megatron TP splits);
-    routed experts process capacity x their balanced share of token slots."""
+def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, etp: int, load: float = 1.0,
+                moe_tokens: float | None = None) -> list[Gemm]:
+    """Forward GEMMs of layer `index` on one GPU for `tokens` tokens (Megatron TP splits). A MoE
+    layer routes `moe_tokens` tokens per GPU (default `tokens`; autopar.cost.moe.routed_tokens),
+    and its experts process `load` x their balanced share of those tokens' k copies."""
+    routed = tokens if moe_tokens is None else moe_tokens
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
     out: list[Gemm] = []
     if model.mla is not None:
@@ -141,8 +144,8 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
         f_e = model.moe_ffn_hidden_size or 0
         local_experts = model.num_experts / ep
         # balanced routing: each GPU's experts receive tokens x k assignments in total
-        per_expert = tokens * model.moe_top_k * ep / model.num_experts * capacity
-        out += [Gemm("moe/router", tokens, model.num_experts, h),
+        per_expert = routed * model.moe_top_k * ep / model.num_experts * load
+        out += [Gemm("moe/router", routed / etp, model.num_experts, h),
                 Gemm("moe/experts_fc1", per_expert, (mats - 1) * f_e / etp, h, local_experts),
                 Gemm("moe/experts_fc2", per_expert, h, f_e / etp, local_experts)]
         if model.moe_shared_expert_ffn_size:

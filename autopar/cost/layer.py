@@ -11,6 +11,7 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import kv_heads_per_rank
+from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
 
@@ -26,7 +27,9 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     """Forward seconds (and FLOPs) of layer `index` for one micro-batch on one GPU."""
     m, t, tr, prm = batch.model, batch.tab, batch.training, batch.params
     dtype, T, B = tr.precision.gemm_dtype, batch.tokens, tr.activation_bytes
-    gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, tr.moe_capacity_factor)
+    load = expert_load_factor(tr, prm)
+    moe_tokens = routed_tokens(T, t.tp, t.etp, t.sp == 1)
+    gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, load, moe_tokens)
     out = {"gemm": sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms)}
     out["gemm_flops"] = sum(g.flops for g in gemms)
     # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
@@ -36,26 +39,73 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["attn_flops"] = attention_core_flops_per_token(m, tr.seq_len, causal=tr.flash_attention) * T / t.tp
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
     out["attn_flops_counted"] = attention_core_flops_per_token(m, tr.seq_len, causal=False) * T / t.tp
-    if tr.flash_attention:
-        out["attn"] = out["attn_flops"] / (batch.cluster.gpu.peak_flops_per_second("bf16") * prm.attention.flash_efficiency)
+    if tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
+        peak = batch.cluster.gpu.peak_flops_per_second("bf16")
+        e_fwd, e_bwd = prm.attention.efficiency(batch.stack.kernel(batch.cluster.gpu.architecture), batch.cluster.gpu.architecture)
+        out["attn"] = out["attn_flops"] / (peak * e_fwd)
+        out["attn_bwd"] = 2.5 * out["attn_flops"] / (peak * e_bwd)
     else:  # batched GEMMs over the whole score matrix plus a memory-bound softmax
         per_head = 2 * gemm_time(batch, T, tr.seq_len, m.head_size, "bf16")
         scores = m.num_attention_heads / t.tp * T * tr.seq_len
         out["attn"] = per_head * m.num_attention_heads / t.tp + batch.hbm_seconds(scores * prm.attention.unfused_extra_bytes_per_score)
-    if m.is_moe_layer(index):
-        f_act = m.moe_top_k * (m.moe_ffn_hidden_size or 0) / t.etp + m.moe_shared_expert_ffn_size / t.tp
+        out["attn_bwd"] = 2.5 * out["attn"]
+    if m.is_moe_layer(index):  # routed activations per token of T (moe_tokens k copies over T)
+        f_act = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp + m.moe_shared_expert_ffn_size / t.tp
     else:
         f_act = m.ffn_hidden_size / t.tp
     elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * T * m.hidden_size / batch.sp_divisor + 3 * B * T * f_act
-    out["elem"] = batch.hbm_seconds(elem_bytes + cast_bytes / 3)  # fwd + bwd (x3 below) share the casts
-    out["tp"] = _tp_seconds(batch)
-    out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"])
     if m.is_moe_layer(index):
-        a2a = batch.collective(Collective.all_to_all, B * T * m.moe_top_k * tr.moe_capacity_factor * m.hidden_size, batch.group("ep"))
-        out["ep"] = np.where(t.ep > 1, 2 * a2a * (1 - prm.comm.ep_overlap), 0.0)
+        elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
+    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act) if batch.stack.elementwise == "eager" else (0.0, 0.0)
+    out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_bytes / 3)  # fwd + bwd share the casts
+    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + 2 * cast_bytes / 3)
+    out["sac_gemm"] = sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count * per_op_recomputed(g.name, m, dtype) for g in gemms)
+    out["tp"] = _tp_seconds(batch)
+    out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
+    if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
+        out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
         out["ep"] = np.zeros(len(t))
     return out
+
+
+def _eager_extra_bytes(batch: Batch, f_act) -> tuple[np.ndarray, np.ndarray]:
+    """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
+    [forward, backward]: two norms (h per token, sequence-sharded with SP), RoPE on the query
+    and key heads, the gated product's F elements, the attention output's layout copy
+    (profiles/cost/defaults.yaml memory.eager_extra_bytes)."""
+    m, t, T, x = batch.model, batch.tab, batch.tokens, batch.params.memory.eager_extra_bytes
+    q = m.num_attention_heads * m.head_size / t.tp
+    k = m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+    gated = 1.0 if m.gated_mlp else 0.0
+    rope = 1.0 if m.position_embedding == "rope" else 0.0
+    out = []
+    for i in (0, 1):
+        per_token = 2 * x.norm[i] * m.hidden_size / batch.sp_divisor + rope * x.rope[i] * (q + k) \
+            + gated * x.activation[i] * f_act + x.attention_layout[i] * q
+        out.append(per_token * T)
+    return out[0], out[1]
+
+
+# torchtitan per-op SAC saves every other aten.mm of a block in forward order (wq, wk, wv, wo,
+# w1, w3, w2 for a gated MLP): wk, wo and w3 are recomputed -- 36.5% of Llama-3 8B's linear
+# FLOPs; float8 linears run aten._scaled_mm, which no save list names, so all are recomputed;
+# grouped expert GEMMs (aten._grouped_mm) likewise (torchtitan@3f20451b parallelize_llama.py
+# L214-286). Fractions per GEMM of our layer_gemms split.
+def per_op_recomputed(name: str, model, dtype: str) -> float:
+    """Share of a forward GEMM's work per-op SAC recomputes in backward."""
+    if dtype in ("fp8", "fp4") or name.startswith("moe/experts"):
+        return 1.0
+    if name == "attention/qkv":
+        a, g = model.num_attention_heads, model.kv_heads
+        return g / (a + 2 * g)  # wk of [wq | wk | wv]
+    if name.startswith("attention/"):
+        return 1.0 if name == "attention/out" else 0.5  # MLA projections: every other one
+    if name in ("mlp/fc1", "moe/shared_fc1"):
+        return 0.5 if model.gated_mlp else 0.0  # w3 of [w1 | w3]
+    if name in ("mlp/fc2", "moe/shared_fc2"):
+        return 0.0 if model.gated_mlp else 1.0
+    return 0.0
 
 
 def _tp_seconds(batch: Batch) -> np.ndarray:
@@ -86,13 +136,13 @@ def cp_comm_seconds(batch: Batch) -> np.ndarray:
     return np.where(t.cp > 1, np.where(use_ring, ring, ulysses), 0.0), use_ring
 
 
-def _cp_exposed(batch: Batch, attn_seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cp_exposed(batch: Batch, attn_seconds: np.ndarray, attn_bwd_seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exposed CP seconds (forward, backward). Ring passes hide behind the attention of the
     chunk in hand when S/cp >= FLOP/s / link bandwidth; the backward moves K, V and their
-    gradients (2x) behind ~2.5x the forward attention work."""
+    gradients (2x) behind the backward attention work."""
     comm, use_ring = cp_comm_seconds(batch)
     fwd = np.where(use_ring, np.maximum(0.0, comm - attn_seconds), comm)
-    bwd = np.where(use_ring, np.maximum(0.0, 2 * comm - 2.5 * attn_seconds), comm)
+    bwd = np.where(use_ring, np.maximum(0.0, 2 * comm - attn_bwd_seconds), comm)
     return fwd, bwd
 
 
@@ -101,18 +151,26 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
     pieces recompute and the pipeline need."""
     f = layer_forward(batch, index)
     w = batch.wgrad
+    # EP dispatch and combine run forward and backward; with ep_overlap (Megatron 1F1B A2A
+    # overlap, DualPipe) another micro-batch's compute of this layer hides them, but while they
+    # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed)
+    compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"]
+    ep_exposed = np.where(batch.tab.ep_overlap == 1, overlap_exposed(batch, 2 * f["ep"], compute), 2 * f["ep"])
+    f["ep"] = ep_exposed / 2
     layer_fwd = f["gemm"] + f["attn"] + f["elem"] + f["tp"] + f["cp"] + f["ep"]
     return {
         "compute_gemm": (2 + w) * f["gemm"],
-        "compute_attention": 3.5 * f["attn"],  # flash backward ~2.5x the forward
-        "compute_elementwise": 3 * f["elem"],
+        "compute_attention": f["attn"] + f["attn_bwd"],
+        "compute_elementwise": f["elem"] + f["elem_bwd"],
         "tp_comm": 2 * f["tp"],
         "cp_comm": f["cp"] + f["cp_bwd"],
         "ep_comm": 2 * f["ep"],
         "fwd": layer_fwd,
-        "bwd": (1 + w) * f["gemm"] + 2 * (f["elem"] + f["tp"] + f["ep"]) + 2.5 * f["attn"] + f["cp_bwd"],
+        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
         "attn_fwd": f["attn"],
         "attn_flops": f["attn_flops_counted"],
+        # per-op SAC (torchtitan): the recomputed GEMMs and every element-wise forward kernel
+        "sac": f["sac_gemm"] + f["elem"],
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost.context import Batch
+from autopar.cost.moe import expert_load_factor, routed_tokens
 from autopar.cost.table import SCHEDULE
 from autopar.specs.plan import Schedule
 
@@ -40,7 +41,8 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     mats = 3 if m.gated_mlp else 2
     if m.is_moe_layer(index):
         k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
-        routed = T * k * batch.training.moe_capacity_factor  # token slots at this GPU's experts
+        # token copies at the busiest rank's experts
+        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * k * expert_load_factor(batch.training, batch.params)
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
         total = total + B * routed * h + B * routed * (mats - 1) * f_e / et + B * routed * f_e / et
         f_s = m.moe_shared_expert_ffn_size
@@ -60,11 +62,30 @@ def attention_core_bytes(batch: Batch) -> np.ndarray:
 
 def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     """Bytes kept per micro-batch by a layer that is not fully recomputed (selective
-    recompute drops the score tensors; with flash kernels there are none)."""
+    recompute drops the score tensors; with flash kernels there are none; the stack's per-op
+    SAC keeps only what per_op_saved_bytes lists)."""
     full = layer_activation_bytes(batch, index)
+    selective = batch.tab.recompute == 1
+    if batch.stack.selective_recompute == "per_op":
+        return np.where(selective, per_op_saved_bytes(batch, index), full)
     if batch.training.flash_attention:
         return full
-    return full - np.where(batch.tab.recompute == 1, attention_core_bytes(batch), 0.0)
+    return full - np.where(selective, attention_core_bytes(batch), 0.0)
+
+
+def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
+    """torchtitan per-op SAC keeps the block input, the outputs of the saved matmuls (wq, wv,
+    w1, w2), the attention output and its fp32 log-sum-exp; a MoE block keeps its dispatched
+    tokens and router probabilities (grouped GEMMs are recomputed). Bytes per micro-batch."""
+    m, t = batch.model, batch.tab.tp
+    T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
+    q = m.num_attention_heads / t * (m.mla.v_head_dim if m.mla else m.head_size)
+    v = kv_heads_per_rank(batch) * (m.mla.v_head_dim if m.mla else m.head_size)
+    out = B * T * (2 * m.hidden_size / tsp + q + v + q) + 4 * T * m.num_attention_heads / t
+    if m.is_moe_layer(index):
+        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * m.moe_top_k * expert_load_factor(batch.training, batch.params)
+        return out + B * routed * m.hidden_size + 4 * T * m.num_experts
+    return out + B * T * m.ffn_hidden_size / t
 
 
 def recomputed_input_bytes(batch: Batch) -> np.ndarray:

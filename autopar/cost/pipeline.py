@@ -25,13 +25,26 @@ def bubble_fraction(p: int, m: int, v: int = 1, schedule: Schedule = Schedule.on
     return bubble / (m + bubble)
 
 
-def pipeline_seconds(stage_seconds: np.ndarray, m, v, schedule) -> np.ndarray:
+def pipeline_fill(rest, m_unused, v, schedule, p, hop_seconds):
+    """Pipeline time beyond m x the critical stage: the fill and drain of the other stages'
+    work (1F1B/GPipe: all of it; interleaved: divided by v; ZB-H2: filled by weight-gradient
+    passes), plus the chain of point-to-point hops the first micro-batch's activations and the
+    last one's gradients cross in warm-up and cool-down: one per virtual-stage boundary, p - 1
+    without interleaving and p v - 1 with it (Narayanan et al. 2021 section 2.2: interleaving
+    multiplies the communication by v)."""
+    interleaved = schedule == INTERLEAVED
+    work = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(interleaved, rest / v, rest))
+    boundaries = np.where(interleaved, p * v, p) - 1
+    return work + np.where(p > 1, 2 * boundaries * hop_seconds, 0.0)
+
+
+def pipeline_seconds(stage_seconds: np.ndarray, m, v, schedule, p, hop_seconds) -> np.ndarray:
     """Pipeline time from per-micro-batch stage times (rows: plans, columns: stages).
 
     1F1B/GPipe: (m - 1) max t + sum t (uniform stages: (m + p - 1) t).
     Interleaved: m max t + (sum t - max t) / v.  ZB-H2: m max t (bubble filled by W passes).
+    Plus the warm-up and cool-down hop chain (pipeline_fill).
     """
     t_max = stage_seconds.max(axis=-1)
     rest = stage_seconds.sum(axis=-1) - t_max
-    fill = np.where(schedule == ZERO_BUBBLE, 0.0, np.where(schedule == INTERLEAVED, rest / v, rest))
-    return m * t_max + fill
+    return m * t_max + pipeline_fill(rest, m, v, schedule, p, hop_seconds)

@@ -18,8 +18,9 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
-from autopar.cost.pipeline import INTERLEAVED, ZERO_BUBBLE, pipeline_seconds
-from autopar.cost.table import NONE, interned, layout_groups
+from autopar.cost.pipeline import pipeline_seconds
+from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups
+from autopar.specs.plan import GradSync
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
@@ -51,6 +52,7 @@ class StepResult:
     stage_rest_seconds: np.ndarray | None = None
     memory_fixed_stage: np.ndarray | None = None
     memory_per_microbatch_stage: np.ndarray | None = None
+    pp_hop_seconds: np.ndarray | None = None  # one activation send between pipeline stages, per plan
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -84,7 +86,7 @@ def evaluate(batch: Batch) -> StepResult:
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
-                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)))
+                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)), np.zeros(n))
     for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
@@ -103,9 +105,14 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     k_rec = _recomputed_layers(t, n_layers)
     share = k_rec / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
-             ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops", "fwd_flops", "attn_fwd", "attn_flops")}
-    selective_unfused = (col(t.recompute) == 1) & (not tr.flash_attention)
-    parts["recompute"] = share * parts["fwd"] + np.where(selective_unfused, parts["attn_fwd"], 0.0)
+             ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
+              "fwd_flops", "attn_fwd", "attn_flops", "sac")}
+    # recompute=selective: the attention core without fused attention (Megatron), or the stack's
+    # per-op SAC (torchtitan: every other matmul and all element-wise forward kernels)
+    selective = col(t.recompute) == 1
+    per_op = b.stack.selective_recompute == "per_op"
+    selective_unfused = selective & (not tr.flash_attention) & (not per_op)
+    parts["recompute"] = share * parts["fwd"] + np.where(selective_unfused, parts["attn_fwd"], 0.0) + np.where(selective & per_op, parts["sac"], 0.0)
     flops = parts["flops"] + share * parts["fwd_flops"] + np.where(selective_unfused, parts["attn_flops"], 0.0)
     fwd, bwd = parts["fwd"], parts["bwd"]
 
@@ -136,19 +143,20 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     if not m.tied_embeddings or P > 1:
         emb[-1] += embedding_params(m)
     dense = dense + emb / col(t.tp)
+    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd, bwd + parts["recompute"])
+    parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm"))
-    parts["fsdp_comm"] = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, stage_compute)
 
     stage_seconds = stage_compute + parts["fsdp_comm"]
     mb = b.microbatches.astype(float)
-    pipeline = pipeline_seconds(stage_seconds, mb, t.vpp, t.schedule)
+    pipeline = pipeline_seconds(stage_seconds, mb, t.vpp, t.schedule, t.pp, np.where(t.pp > 1, hop, 0.0))
     crit = stage_seconds.argmax(axis=1)
     pick = lambda x: np.take_along_axis(np.broadcast_to(x, stage_seconds.shape), crit[:, None], axis=1)[:, 0]  # noqa: E731
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
     # stages with the same layers, embedding and output layers reduce the same gradients
     _, same = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True)
-    time["dp_comm"] = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same]).max(axis=1)
+    time["dp_comm"] = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same]).max(axis=1) + fsdp_per_step.max(axis=1)
     trained = 0.0 if tr.frozen_weights else 1.0
     shard_d = np.where(col(t.zero) >= 1, col(b.zero_shard), 1)
     shard_r = np.where(col(t.zero) >= 1, col(b.expert_dp), 1)
@@ -169,6 +177,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     out.worst_stage[rows] = worst
     out.critical_stage[rows] = crit
     out.pipeline_seconds[rows] = pipeline
+    out.pp_hop_seconds[rows] = np.where(t.pp > 1, hop, 0.0)
     t_max = stage_seconds.max(axis=1)
     out.stage_max_seconds[rows] = t_max
     out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max
@@ -191,19 +200,48 @@ def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
     return np.where(col(t.recompute) == FULL, k, 0.0)
 
 
-def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, compute) -> np.ndarray:
-    """ZeRO-3 per micro-batch: AllGather weights in forward and backward and ReduceScatter
-    gradients, per layer (seed 000: 'около 3N_L коллективных операций'), prefetched behind compute."""
-    t, tr = b.tab, b.training
+def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ZeRO-3 / FSDP communication (seed 000 'FSDP ... около 3N_L коллективных операций';
+    torch FSDP2 fully_shard; torch.distributed.pipelining). Per plan x stage: (exposed seconds
+    per micro-batch, exposed seconds once per step, HBM seconds of the gather/scatter copies
+    per micro-batch).
+
+    Each layer's weights are all-gathered before its forward, prefetched one layer ahead (the
+    next layer's gather runs during this layer's compute), so the first gather is exposed and
+    each later one only where it outlasts the layer before it. Backward gathers again (unless
+    reshard is off; the last block is not resharded) and reduce-scatters each layer's gradients,
+    sharing the link, behind the backward of the next layer; the last reduce-scatter is exposed.
+    grad_sync=step (torch.distributed.pipelining): weights stay gathered through all
+    micro-batches and every reduce-scatter runs once after the last backward, not overlapped."""
+    t, tr, prm = b.tab, b.training, b.params
     group = b.group("zero")
-    total = 0.0
+    n = np.maximum(n_layers, 1)[None, :]
+    c_f, c_b = fwd / n, bwd / n
+    ag_total = rs_total = copies = 0.0
     for j in range(len(dense_layer)):
         params = dense_layer[j] / t.tp + routed_layer[j] / (t.ep * t.etp)
-        per_layer = 2 * b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group) \
-            + b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
-        total = total + counts[j][None, :] * per_layer[:, None]
-    exposed = np.maximum(total / np.maximum(n_layers, 1), total - b.params.comm.zero3_overlap * compute)
-    return np.where(t.zero[:, None] == 3, exposed, 0.0)
+        ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
+        rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
+        ag_total = ag_total + counts[j][None, :] * ag[:, None]
+        rs_total = rs_total + counts[j][None, :] * rs[:, None]
+        copies = copies + counts[j][None, :] * params[:, None]
+    a, r = ag_total / n, rs_total / n
+    reshard = (t.reshard == 1)[:, None]
+    per_mb_sync = (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))[:, None]
+    forward = a + (n - 1) * np.maximum(0.0, a - c_f)
+    backward = (n - 1) * np.maximum(0.0, np.where(reshard, a, 0.0) + r - c_b) + r
+    # grad_sync=step: gathers once per step (the first micro-batch), reduce-scatters once, exposed
+    per_microbatch = np.where(per_mb_sync, forward + backward, 0.0)
+    per_step = np.where(per_mb_sync, 0.0, forward + rs_total)
+    # FSDP2 copies around each collective on the compute stream: copy-out of every gather and
+    # copy-in (cast to the reduce dtype) of every reduce-scatter, per unsharded element
+    # (torch _fsdp_collectives.py: split_with_sizes_copy, _chunk_cat)
+    fsdp2 = 1.0 if b.stack.fsdp == "fsdp2" else 0.0
+    gathers = np.where(per_mb_sync, 1.0 + np.where(reshard, 1.0, 0.0), 0.0)
+    copy_bytes = fsdp2 * copies * (gathers * prm.memory.fsdp2_copy_out_bytes_per_element
+                                                           + np.where(per_mb_sync, prm.memory.fsdp2_reduce_copy_in_bytes_per_element, 0.0))
+    on = (t.zero == 3)[:, None]
+    return np.where(on, per_microbatch, 0.0), np.where(on, per_step, 0.0), np.where(on, b.hbm_seconds(copy_bytes), 0.0)
 
 
 def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
@@ -238,9 +276,11 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
         return bytes_per * (dense / np.where(on, shard_d, 1) + routed / np.where(on, shard_r, 1))
 
     trained = 0.0 if tr.frozen_weights else 1.0  # LoRA: adapters' state is negligible
+    # gradients reduced once per step accumulate unsharded (ZeRO-2/3 with grad_sync=step)
+    grads_sharded = col(t.grad_sync) == GRAD_SYNC.index(GradSync.microbatch)
     out = {
         "weights": sharded(3, tr.weight_bytes_per_param),
-        "gradients": trained * sharded(2, tr.grad_bytes_per_param),
+        "gradients": trained * np.where(grads_sharded, sharded(2, tr.grad_bytes_per_param), sharded(99, tr.grad_bytes_per_param)),
         "optimizer_states": trained * sharded(1, tr.optimizer_bytes_per_param),
     }
     stored = [stored_activation_bytes(b, i) for i in kinds]
@@ -258,7 +298,10 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
     working = working + last * col(6 * b.tokens * m.vocab_size / t.tp)  # bf16 + fp32 logits
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)
-    out["working_buffers"] = working + np.where(zero == 3, 2 * tr.weight_bytes_per_param * layer_w, 0.0)
+    # ZeRO-3 holds the gathered weights of the layer in hand and the prefetched next one; with
+    # reshard off every layer's gathered weights stay until its backward (the stage's weights)
+    gathered = np.where(col(t.reshard) == 1, 2 * layer_w, (dense + routed) - out["weights"] / tr.weight_bytes_per_param)
+    out["working_buffers"] = working + np.where(zero == 3, tr.weight_bytes_per_param * gathered, 0.0)
     allocated = sum(out.values())
     fixed = allocated - out["activations"]
     out["fragmentation"] = allocated * mem.fragmentation

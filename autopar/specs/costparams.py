@@ -34,8 +34,23 @@ class GemmParams(_Strict):
 
 
 class AttentionParams(_Strict):
-    flash_efficiency: float = Field(gt=0, le=1, description="Flash-attention fwd+bwd fraction of the bf16 dense peak")
+    kernels: dict[str, dict[str, tuple[float, float]]] = Field(
+        description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
+
+    def efficiency(self, kernel: str, architecture: str) -> tuple[float, float]:
+        """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""
+        table = self.kernels.get(kernel) or self.kernels["fa2"]
+        return tuple(table.get(architecture) or self.kernels["fa2"].get(architecture) or self.kernels["fa2"]["hopper"])
+
+
+class EagerExtraBytes(_Strict):
+    """HBM bytes per element [forward, backward] that eager kernels move beyond fused ones."""
+
+    norm: tuple[float, float] = Field(description="Per normalised element (h per token, two norms per layer)")
+    rope: tuple[float, float] = Field(description="Per rotated element (query and key heads)")
+    activation: tuple[float, float] = Field(description="Per activated MLP element (F per token, gated product)")
+    attention_layout: tuple[float, float] = Field(description="Per attention-output element (transpose to contiguous)")
 
 
 class NcclParams(_Strict):
@@ -77,18 +92,24 @@ class CommParams(_Strict):
     nvls_min_ranks: int = Field(gt=0, description="Smallest group in a node NCCL runs NVLS on")
     nccl: NcclParams = Field(description="NCCL's tuning-model constants (algorithm and protocol choice)")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of the last micro-batch's backward that can hide DP gradient reduction")
-    zero3_overlap: float = Field(ge=0, le=1, description="Fraction of compute that can hide ZeRO-3 per-layer gathers")
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs when the plan overlaps them (tp_overlap)")
-    ep_overlap: float = Field(ge=0, le=1, description="Fraction of EP AllToAll time hidden")
 
 
 class MemoryParams(_Strict):
     hbm_efficiency: float = Field(gt=0, le=1, description="Achieved / peak HBM bandwidth for element-wise kernels")
     elementwise_bytes_per_token_per_hidden: float = Field(ge=0, description="Forward HBM bytes per token per hidden unit of one layer's norms, residuals, activations (bf16)")
+    eager_extra_bytes: EagerExtraBytes = Field(description="Eager-stack element-wise bytes beyond fused kernels")
+    fsdp2_copy_out_bytes_per_element: float = Field(ge=0, description="FSDP2 all-gather copy-out, HBM bytes per unsharded element")
+    fsdp2_reduce_copy_in_bytes_per_element: float = Field(ge=0, description="FSDP2 reduce-scatter copy-in (cast to the reduce dtype), HBM bytes per unsharded element")
     low_precision_cast_bytes_per_element: float = Field(ge=0, description="HBM bytes per GEMM input element to cast bf16 to fp8/fp4 (read 2, write 1)")
     reserve_bytes: float = Field(ge=0, description="CUDA context, NCCL and allocator reserve per GPU, bytes")
     fragmentation: float = Field(ge=0, lt=1, description="Allocator fragmentation, fraction of allocated bytes")
     optimizer_bytes_moved_per_param: float = Field(ge=0, description="HBM bytes read+written per parameter by the Adam step")
+
+
+class MoeParams(_Strict):
+    learned_load_imbalance: float = Field(ge=1, description="Learned (dropless) routing: tokens at the busiest expert-parallel rank over the mean")
+    dispatch_sms: int = Field(gt=0, description="SMs the token dispatch and combine kernels hold while they run beside compute")
 
 
 class CostParams(_Strict):
@@ -96,6 +117,7 @@ class CostParams(_Strict):
     attention: AttentionParams
     comm: CommParams
     memory: MemoryParams
+    moe: MoeParams
     step_overhead_seconds: float = Field(ge=0, description="Per-step fixed cost: data loading, logging, launch gaps")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each coefficient comes from")
     collectives: "CommCalibration | None" = Field(None, description="Fitted collective curves (calibration profile); null: the default model")

@@ -6,6 +6,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autopar.specs.trust import FamilyError
+
 
 class Bottleneck(str, Enum):
     """What the step spends most of its time on."""
@@ -51,3 +53,4 @@ class Estimate(BaseModel):
     bottleneck: Bottleneck = Field(description="Largest time category")
     time_to_train_seconds: float | None = Field(None, description="target_tokens / tokens_per_second")
     cost_usd: float | None = Field(None, description="Price of time_to_train at the cluster's GPU-hour price")
+    validated: FamilyError | None = Field(None, description="Validated error of the plan's family (profiles/validation/families.json)")

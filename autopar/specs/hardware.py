@@ -46,6 +46,7 @@ class GpuSpec(_Strict):
     nvlink_gb_per_s: float | None = Field(None, gt=0, description="NVLink per GPU per direction, GB/s; null on PCIe-only parts")
     pcie_gb_per_s: float | None = Field(None, gt=0, description="PCIe per direction, GB/s")
     tdp_watts: float | None = Field(None, gt=0, description="Board power, W")
+    num_sms: int | None = Field(None, gt=0, description="Streaming multiprocessors; communication kernels that run beside compute take some of them")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
 
     @property

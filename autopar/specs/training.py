@@ -24,6 +24,32 @@ class Precision(str, Enum):
         return self.value
 
 
+class MoeRouting(str, Enum):
+    """How tokens reach experts."""
+
+    learned = "learned"
+    """The router's own choices: the busiest expert-parallel rank takes more than the mean."""
+    balanced = "balanced"
+    """Forced balanced routing (benchmarks; Megatron --moe-router-force-load-balancing)."""
+
+
+class Stack(str, Enum):
+    """Training software stack (profiles/stacks/<name>.yaml lists the mechanisms it switches)."""
+
+    megatron = "megatron"
+    """Megatron-Core with Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge)."""
+    torchtitan = "torchtitan"
+    """torchtitan, eager PyTorch (FSDP2, DTensor TP, torch.distributed.pipelining)."""
+    torchtitan_compile = "torchtitan-compile"
+    """torchtitan with torch.compile on the transformer blocks."""
+    pytorch_fsdp = "pytorch-fsdp"
+    """Other PyTorch FSDP trainers, eager (HF Trainer, Accelerate)."""
+    llm_foundry = "llm-foundry"
+    """MosaicML Composer + PyTorch FSDP with llm-foundry's MPT (Triton flash attention)."""
+    deepspeed = "deepspeed"
+    """DeepSpeed ZeRO / pipeline engine."""
+
+
 class TrainingSpec(BaseModel):
     """One training step: sequence length, batch, precision and optimizer state sizes."""
 
@@ -41,18 +67,30 @@ class TrainingSpec(BaseModel):
         12.0, ge=0,
         description="Optimizer state per parameter: Adam = fp32 master + 2 fp32 moments = 12 bytes",
     )
-    grad_reduce_bytes_per_param: float = Field(2.0, gt=0, description="Bytes per gradient on the wire in the DP reduction")
+    grad_reduce_bytes_per_param: float = Field(
+        4.0, gt=0,
+        description="Bytes per gradient on the wire in the DP / FSDP reduction: fp32 by default in Megatron-LM with bf16 "
+        "(arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32), torchtitan (mixed_precision_reduce float32) and "
+        "Composer FSDP (mixed precision DEFAULT reduces in fp32); 2 for a bf16 reduction")
     activation_bytes: float = Field(2.0, gt=0, description="Bytes per activation element (bf16 = 2)")
     frozen_weights: bool = Field(
         False,
         description="LoRA/adapter fine-tuning: base weights frozen, so no weight-gradient GEMMs, "
         "no gradients or optimizer states for them and no DP gradient reduction",
     )
-    moe_capacity_factor: float = Field(
-        1.0, ge=1.0,
-        description="Expert capacity factor: routed token slots per expert relative to a balanced load "
-        "(seed 000 'Параллелизм экспертов': 1.25-1.5 with token dropping; 1.0 = dropless, balanced)",
+    moe_capacity_factor: float | None = Field(
+        None, ge=1.0,
+        description="Token dropping: an expert takes at most this many times its balanced share of tokens "
+        "(seed 000 'Параллелизм экспертов': 1.25-1.5); null = dropless",
     )
+    moe_routing: MoeRouting = Field(MoeRouting.learned, description="learned (the router's real, uneven load) | balanced (forced, benchmark)")
+    moe_load_imbalance: float | None = Field(
+        None, ge=1.0,
+        description="Learned routing: tokens at the busiest expert-parallel rank over the mean (measured max/mean); "
+        "null = the default in profiles/cost/defaults.yaml",
+    )
+    stack: Stack = Field(Stack.megatron, description="Training software: switches named mechanisms (kernels, fusion, overlap), "
+                         "profiles/stacks/<stack>.yaml")
     flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")

@@ -114,13 +114,13 @@ def test_parameter_counts(preset, billions, tol):
 
 
 def test_moe_capacity_factor_scales_routed_activations(h100_node, params):
-    # Mixtral layer, tp=1: routed rows T k cap, each storing the expert input (h), the gated
-    # FC1 output (2F) and the activation output (F) in bf16 (seed 000 'Параллелизм экспертов':
-    # capacity factor C = 1.25-1.5)
+    # Mixtral layer, tp=1, learned routing 1.5x over the mean: token dropping caps the busiest
+    # rank's routed rows at T k cap, each storing the expert input (h), the gated FC1 output (2F)
+    # and the activation output (F) in bf16 (seed 000 'Параллелизм экспертов': C = 1.25-1.5)
     m = load_model("mixtral-8x7b")
     rows = {}
     for cap in (1.0, 1.25):
-        training = TrainingSpec(seq_len=4096, global_batch_size=8, moe_capacity_factor=cap)
+        training = TrainingSpec(seq_len=4096, global_batch_size=8, moe_capacity_factor=cap, moe_load_imbalance=1.5)
         rows[cap] = layer_activation_bytes(make_batch(m, h100_node, training, [parse_plan("tp=1")], params), 0)[0]
     h, f, k, T = 4096, 14336, 2, 4096
     assert rows[1.25] - rows[1.0] == pytest.approx(0.25 * T * k * 2 * (h + 2 * f + f))

@@ -103,7 +103,7 @@ def test_baseline_passes_unchanged(full, tmp_path):
 
 def test_baseline_fails_on_changed_coefficient(full, tmp_path):
     override = tmp_path / "override.yaml"
-    override.write_text("attention.flash_efficiency: 0.25\n")  # defaults.yaml: 0.35
+    override.write_text("memory.hbm_efficiency: 0.45\n")  # defaults.yaml: 0.90
     res = _run(str(_sweep_file(tmp_path)), "--out", str(tmp_path / "changed"), "--baseline", str(full / "summary.json"),
                "--cost-override", str(override), "--no-plots")
     assert res.exit_code == 1

@@ -40,12 +40,12 @@ def test_trial_output_protocol(output, code, status, seconds):
 
 
 def _fake_status(plan: str) -> str:
-    """The outcome tests/tune/fake_trial.py gives a plan: hybrid CP or mbs >= 4 run out of
-    memory, Ulysses fails, the rest run."""
+    """The outcome tests/tune/fake_trial.py gives a plan: zero=3 fails, pp >= 12 or mbs >= 4
+    run out of memory, the rest run."""
     fields = dict(kv.split("=", 1) for kv in plan.split(","))
-    if fields.get("cp_algo") == "hybrid" or int(fields["mbs"]) >= 4:
-        return "oom"
-    return "failed" if fields.get("cp_algo") == "ulysses" else "ok"
+    if fields["zero"] == "3":
+        return "failed"
+    return "oom" if int(fields["pp"]) >= 12 or int(fields["mbs"]) >= 4 else "ok"
 
 
 def _rows(out: Path) -> list[dict]:

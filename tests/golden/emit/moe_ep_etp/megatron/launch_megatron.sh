@@ -38,7 +38,6 @@ MEGATRON_ARGS=(
   --max-position-embeddings 32768
   # precision
   --bf16
-  --grad-reduce-in-bf16
   # activation recompute
   --recompute-granularity selective
   # optimizer sharding and overlap

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from autopar.cli import main
 from autopar.validation import predict_row, validate_runs
 
-DEV_RUNS = Path(__file__).parent / "data" / "dev_runs.json"
+DEV_RUNS = Path(__file__).resolve().parents[1] / "data" / "dev_runs.json"
 
 
 @pytest.fixture(scope="module")

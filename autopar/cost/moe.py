@@ -1,0 +1,98 @@
+"""Mixture-of-experts terms (seed 000 'Параллелизм экспертов'; DESIGN.md 'Cost model').
+
+The busiest expert-parallel rank sets the pace of every MoE layer: its grouped GEMMs, its
+routed activations and its share of the dispatch all scale with the tokens it receives.
+Legend: T tokens of a micro-batch on one GPU, k experts per token, E experts, c capacity factor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.cost.table import DISPATCHER
+from autopar.specs.costparams import CostParams
+from autopar.specs.model import ModelSpec
+from autopar.specs.plan import Dispatcher
+from autopar.specs.training import MoeRouting, TrainingSpec
+
+
+def expert_load_factor(training: TrainingSpec, params: CostParams) -> float:
+    """Tokens at the busiest expert-parallel rank over the balanced mean T k ep / E per expert.
+
+    Forced balanced routing: 1. Learned routing: the measured max/mean (the training spec's, or
+    the default in profiles/cost/defaults.yaml), capped by token dropping at the capacity factor
+    c (an expert takes at most c times its balanced share, the rest is dropped)."""
+    if training.moe_routing == MoeRouting.balanced:
+        return 1.0
+    imbalance = training.moe_load_imbalance or params.moe.learned_load_imbalance
+    return min(imbalance, training.moe_capacity_factor) if training.moe_capacity_factor else imbalance
+
+
+def routed_tokens(tokens, tp, etp, sequence_parallel):
+    """Tokens each GPU routes per micro-batch. With sequence parallelism a TP rank holds T/tp of
+    them; the expert-TP group gathers etp ranks' tokens (Megatron MoE: etp = tp gathers the full
+    T, MoE parallel folding with etp = 1 routes each rank's own T/tp). The per-GPU expert work
+    is the same for every etp; the GEMM shapes and the dispatch volume are not."""
+    return np.where(sequence_parallel, tokens * etp / tp, tokens)
+
+
+def destination_nodes(model: ModelSpec, ep_nodes, top_k: int):
+    """Expected distinct nodes a token's k experts sit on, when the EP group spans `ep_nodes`
+    nodes and routing picks experts uniformly; group-limited routing (DeepSeek-V3: 8 groups,
+    top-4 groups, one group per node of EP64) caps the nodes a token may reach."""
+    nodes = np.maximum(np.asarray(ep_nodes, dtype=float), 1.0)
+    limit = nodes
+    if model.moe_router_num_groups and model.moe_router_group_topk:
+        limit = np.minimum(nodes, model.moe_router_group_topk * np.maximum(1.0, nodes / model.moe_router_num_groups))
+    return limit * (1.0 - (1.0 - 1.0 / limit) ** top_k)
+
+
+def moe_elementwise_bytes(model: ModelSpec, moe_tokens, load: float, bytes_per_element: float):
+    """Forward HBM bytes of a MoE layer's memory-bound kernels per micro-batch (the backward
+    moves twice as much, as for the other element-wise work): the router's fp32 scores, softmax
+    or sigmoid and top-k over E experts (read and write 4 B each: 16 B per score), the permute
+    that gathers each of the k token copies into expert order and the unpermute that scatters
+    them back and sums them with the routing weights (each reads and writes a copy: 2 x 2 B per
+    element; Megatron-LM moe_utils.py permute/unpermute, index_select and index_add)."""
+    router = 16.0 * moe_tokens * model.num_experts
+    permute = 2 * 2 * bytes_per_element * moe_tokens * model.moe_top_k * load * model.hidden_size
+    return router + permute
+
+
+def dispatch_seconds(batch, moe_tokens, load: float):
+    """One token dispatch (or combine) of a MoE layer per GPU, the busiest rank's share.
+
+    alltoall: every token copy goes to its expert's rank; the copies bound for other nodes
+    cross the NICs, the rest NVLink. deepep (DeepEP / Megatron flex): a token crosses the
+    network once per destination node and is forwarded to its experts' GPUs over NVLink
+    (DeepSeek-V3 report section 3.2.2). allgather: every token goes to every EP rank.
+    Bandwidths: the cluster's links at the comm efficiencies (DeepEP normal kernels reach
+    43-58 GB/s of a 50 GB/s CX7 RDMA link and 153 of ~160 GB/s NVLink on H800: DeepEP README)."""
+    m, t, tr, prm, c = batch.model, batch.tab, batch.training, batch.params, batch.cluster
+    group = batch.group("ep")
+    ep, per_node, nodes = (np.asarray(x, dtype=float) for x in (group.size, group.per_node, group.nodes))
+    token_bytes = tr.activation_bytes * m.hidden_size
+    copies = moe_tokens * m.moe_top_k * load * token_bytes
+    nvlink = c.intra_node.bandwidth_gb_per_s * 1e9 * prm.comm.nvlink_efficiency
+    nic = max(c.nic_bytes_per_second_per_gpu * prm.comm.network_efficiency, 1.0)
+    off_share = np.where(ep > 0, (ep - per_node) / ep, 0.0)
+    on_share = np.where(ep > 0, (per_node - 1) / ep, 0.0)
+    a2a = np.maximum(copies * off_share / nic, copies * on_share / nvlink)
+    remote_nodes = destination_nodes(m, nodes, m.moe_top_k) * (nodes - 1) / nodes
+    deep = np.maximum(moe_tokens * load * remote_nodes * token_bytes / nic, copies * (1 - 1 / per_node) / nvlink)
+    gather_bytes = moe_tokens * token_bytes * (ep - 1)
+    allgather = np.maximum(gather_bytes * (nodes - 1) / nodes / nic, gather_bytes / nvlink)
+    latency = c.intra_node.latency_us * 1e-6 + np.where(nodes > 1, (c.tiers[0].latency_us if c.tiers else 0.0) * 1e-6, 0.0)
+    code = t.dispatcher
+    seconds = np.select([code == DISPATCHER.index(Dispatcher.deepep), code == DISPATCHER.index(Dispatcher.allgather)],
+                        [deep, allgather], default=a2a)
+    return np.where(ep > 1, seconds + latency, 0.0)
+
+
+def overlap_exposed(batch, comm_seconds, compute_seconds):
+    """Seconds a communication overlapped with compute still costs: what outlasts the compute,
+    plus the compute slowed while the communication kernels hold SMs (DeepEP's normal kernels
+    take a set number of SMs; the compute beside them runs on the rest)."""
+    sms = batch.cluster.gpu.num_sms
+    share = min(1.0, batch.params.moe.dispatch_sms / sms) if sms else 0.0
+    return np.maximum(0.0, comm_seconds - compute_seconds) + share / (1 - share) * np.minimum(comm_seconds, compute_seconds)

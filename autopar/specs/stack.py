@@ -1,0 +1,40 @@
+"""StackSpec: the named mechanisms a training software stack switches (profiles/stacks/*.yaml).
+A stack never carries an efficiency multiplier: it picks the attention kernel, the element-wise
+fusion, what recompute=selective means, how TP communication overlaps and which FSDP runs."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autopar.errors import InputError
+from autopar.specs._files import preset_files, read_mapping
+from autopar.specs.training import Stack
+
+
+class StackSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Stack name (autopar.specs.training.Stack)")
+    description: str = Field("", description="What software this is")
+    attention_kernel: dict[str, str] = Field(description="GPU architecture -> fused attention kernel (fa2 | fa3 | cudnn), profiles/cost/defaults.yaml attention.kernels")
+    elementwise: str = Field(description="fused | eager: which element-wise kernels run (memory.eager_extra_bytes for eager)")
+    selective_recompute: str = Field(description="core_attention (Megatron) | per_op (torchtitan per-op SAC): what recompute=selective recomputes")
+    tp_overlap: str = Field(description="userbuffers | async_tp | none: the TP communication overlap the stack has")
+    fsdp: str = Field(description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation")
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
+
+    def kernel(self, architecture: str) -> str:
+        return self.attention_kernel.get(architecture, "fa2")
+
+
+@lru_cache(maxsize=8)
+def load_stack(stack: Stack) -> StackSpec:
+    files = preset_files("stacks")
+    if stack.value not in files:
+        raise InputError("stack", stack.value, f"no profiles/stacks/{stack.value}.yaml")
+    try:
+        return StackSpec.model_validate(read_mapping(files[stack.value], "stack"))
+    except ValidationError as exc:
+        raise InputError.from_validation(exc, f"stack {stack.value}") from None

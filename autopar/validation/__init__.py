@@ -1,0 +1,57 @@
+"""Check the cost model against published training runs (tests/data/*_runs.json format): each
+row becomes model, cluster, training and plan (autopar.validation.rows), is predicted
+(autopar.validation.predict) and summarised (autopar.validation.report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from autopar.errors import InputError
+from autopar.specs.costparams import CostParams
+from autopar.validation.predict import RowResult, measured_tokens_per_gpu, predict_row, source_flops_per_token
+from autopar.validation.report import rank_agreement, render, summarize
+from autopar.validation.rows import DEFAULTS_DOC, row_cluster, row_inputs, row_model, row_training
+
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch_size")
+
+__all__ = ["DEFAULTS_DOC", "RowResult", "families_table", "load_rows", "measured_tokens_per_gpu", "predict_row", "rank_agreement", "render",
+           "row_cluster", "row_inputs", "row_model", "row_training", "source_flops_per_token", "summarize", "validate_runs"]
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError("runs", str(path), f"cannot read file ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError("runs", str(path), f"not valid JSON: {exc}") from None
+    rows = data.get("rows", data.get("runs")) if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise InputError("runs", str(path), "must be a JSON list of run objects (or {\"rows\": [...]})")
+    for i, r in enumerate(rows):
+        for key in REQUIRED:
+            if key not in r:
+                raise InputError(f"runs[{i}].{key}", None, "required column is missing")
+    return rows
+
+
+def families_table(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The validated error per family over every file's modelled rows (profiles/validation/families.json)."""
+    rows = [RowResult.model_validate(r) for rep in reports.values() for r in rep["rows"]]
+    modelled = [r for r in rows if r.error is not None and not r.not_modelled]
+    table = summarize(modelled)["by_family"]
+    return {"source": "autopar validate " + " ".join(sorted(reports)), "families": table}
+
+
+def validate_runs(path: str | Path, params: CostParams | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    rows = load_rows(path)
+    results = []
+    for i, row in enumerate(rows):
+        results.append(predict_row(row, params))
+        if progress:
+            progress(i + 1, len(rows))
+    return {"rows": [r.model_dump(mode="json") for r in results], "summary": summarize(results, rows)}

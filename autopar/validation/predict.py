@@ -1,0 +1,151 @@
+"""Predict one published run and compare in tokens/s per GPU, converting a published TFLOP/s or
+MFU with the *source's own* FLOP accounting (validation README). One global set of cost
+coefficients; no per-row or per-source correction."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autopar.cost import estimate
+from autopar.cost.flops import model_flops_per_token
+from autopar.errors import AutoparError
+from autopar.space import virtual_stage_options
+from autopar.specs import ModelSpec
+from autopar.specs.costparams import CostParams, params_for_cluster
+from autopar.specs.estimate import Estimate
+from autopar.specs.plan import Recompute
+from autopar.specs.training import Stack
+from autopar.specs.trust import family_of
+from autopar.validation.rows import RowInputs, plan_of, row_inputs
+
+GIB = 2**30
+
+
+class RowResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    source_group: str
+    model_name: str
+    num_gpus: int
+    family: str | None = Field(None, description="dense|moe / megatron-style|fsdp / precision / GPU generation")
+    stack: str | None = None
+    plan: str | None = None
+    metric: str | None = Field(None, description="Which published figure was compared")
+    measured_tokens_per_second_per_gpu: float | None = None
+    predicted_tokens_per_second_per_gpu: float | None = None
+    error: float | None = Field(None, description="(predicted - measured) / measured")
+    predicted_mfu: float | None = None
+    predicted_memory_gb: float | None = None
+    measured_memory_gb: float | None = None
+    feasible: bool | None = None
+    resolved: dict[str, str] = Field(default_factory=dict, description="Choices the row does not publish, resolved to the fastest that fits")
+    unused: list[str] = Field(default_factory=list, description="Columns with a value the prediction does not read")
+    not_modelled: str | None = Field(None, description="A physical fact of the run the model does not take")
+    skipped: str | None = Field(None, description="Why the row could not be predicted")
+
+
+def source_flops_per_token(row: dict[str, Any], model: ModelSpec) -> tuple[float, str]:
+    """FLOPs per token in the row's own accounting (validation README)."""
+    kind = f"{row.get('tflops_kind') or ''} {row.get('flop_formula_note') or ''}".lower()
+    s, l, h, v = row["seq_len"], model.num_layers, model.hidden_size, model.vocab_size
+    if "eq.(3)" in kind or "96*b*s*l*h^2" in kind:
+        # Narayanan et al. 2021 eq. 3, full recompute counted: 96 B s l h^2 (1 + s/6h + V/16lh)
+        return 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)), "narayanan_eq3"
+    # Megatron-LM / NeMo model FLOPs: 3 x forward (2 x for LoRA), no recompute, non-causal attention
+    frozen = str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter")
+    return model_flops_per_token(model, s, frozen_weights=frozen), "megatron_model_flops"
+
+
+def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec) -> tuple[float, str] | None:
+    n = row["num_gpus"]
+    if row.get("tokens_per_sec_per_gpu"):
+        return float(row["tokens_per_sec_per_gpu"]), "tokens_per_sec_per_gpu"
+    if row.get("tokens_per_sec_total"):
+        return float(row["tokens_per_sec_total"]) / n, "tokens_per_sec_total"
+    if row.get("step_time_s"):
+        return row["seq_len"] * row["global_batch_size"] / row["step_time_s"] / n, "step_time_s"
+    if row.get("samples_per_sec"):
+        return row["samples_per_sec"] * row["seq_len"] / n, "samples_per_sec"
+    flops, how = source_flops_per_token(row, model)
+    if row.get("tflops_per_gpu"):
+        return row["tflops_per_gpu"] * 1e12 / flops, f"tflops_per_gpu ({how})"
+    peak = row.get("peak_tflops_used_by_source")
+    for key in ("mfu", "hfu"):
+        if row.get(key) and peak:
+            return row[key] * peak * 1e12 / flops, f"{key} x {peak} TFLOP/s ({how})"
+    return None
+
+
+def family(inputs: RowInputs, zero: int) -> str:
+    """The row's family (autopar.specs.trust.family_of): the grain at which the validated
+    error is reported and attached to estimates."""
+    return family_of(inputs.model.is_moe, zero, inputs.training.precision.value, inputs.cluster.gpu.architecture)
+
+
+def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Plan fields for every value of the open choices, with what each resolved."""
+    options: list[list[tuple[str, Any]]] = []
+    if "recompute" in inputs.open_choices:
+        distinct_selective = not inputs.training.flash_attention or inputs.training.stack != Stack.megatron
+        modes = [Recompute.none] + ([Recompute.selective] if distinct_selective else []) + [Recompute.full]
+        options.append([("recompute", r) for r in modes])
+    if "etp" in inputs.open_choices:
+        f = inputs.plan_fields
+        grid = inputs.cluster.num_gpus // f["pp"]  # tp x cp x dp ranks per stage, where experts fold
+        options.append([("etp", e) for e in (1, 2, 4, 8) if grid % (e * f["ep"]) == 0])
+    if "vpp" in inputs.open_choices:
+        vpps = [1] + virtual_stage_options(inputs.model, inputs.plan_fields["pp"])
+        options.append([("vpp", v) for v in vpps])
+    if "mbs" in inputs.open_choices:
+        options.append([("mbs", b) for b in (1, 2, 4)])
+    out = []
+    for combo in itertools.product(*options):
+        fields = {**inputs.plan_fields, **dict(combo)}
+        out.append((fields, {k: (v.value if hasattr(v, "value") else str(v)) for k, v in combo}))
+    return out
+
+
+def _resolve(inputs: RowInputs, params: CostParams) -> tuple[Estimate, dict[str, str], dict[str, Any]]:
+    """The row's plan; unpublished choices resolved to the fastest that fits (the run did run),
+    or to the least memory when none fits."""
+    tried: list[tuple[Estimate, dict[str, str], dict[str, Any]]] = []
+    last_error: AutoparError | None = None
+    for fields, chosen in _candidates(inputs):
+        try:
+            tried.append((estimate(inputs.model, inputs.cluster, inputs.training, plan_of(fields), params), chosen, fields))
+        except (AutoparError, ValueError) as exc:
+            last_error = exc if isinstance(exc, AutoparError) else AutoparError(str(exc))
+    if not tried:
+        raise last_error or AutoparError("no candidate plan")
+    fitting = [t for t in tried if t[0].feasible]
+    if fitting:
+        return min(fitting, key=lambda t: t[0].step_seconds)
+    return min(tried, key=lambda t: t[0].memory_bytes_per_gpu)
+
+
+def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowResult:
+    base = RowResult(id=str(row.get("id")), source_group=str(row.get("source_group")),
+                     model_name=str(row.get("model_name")), num_gpus=int(row.get("num_gpus") or 0))
+    try:
+        inputs = row_inputs(row)
+        base = base.model_copy(update={"unused": inputs.unused, "not_modelled": inputs.not_modelled, "stack": inputs.training.stack.value})
+        measured = measured_tokens_per_gpu(row, inputs.model)
+        if measured is None:
+            return base.model_copy(update={"skipped": "no measured throughput, step time, TFLOP/s or MFU"})
+        est, resolved, fields = _resolve(inputs, params_for_cluster(inputs.cluster, params))
+    except (AutoparError, ValueError, KeyError, TypeError) as exc:
+        return base.model_copy(update={"skipped": f"{type(exc).__name__}: {exc}"})
+    value, metric = measured
+    pred = est.tokens_per_second_per_gpu
+    memory = row.get("memory_gb")
+    unit = GIB if str((row.get("other_metrics") or {}).get("memory_unit", "")).lower() == "gib" else 1e9
+    return base.model_copy(update={
+        "family": family(inputs, plan_of(fields).zero),
+        "plan": est.plan, "metric": metric, "measured_tokens_per_second_per_gpu": value,
+        "predicted_tokens_per_second_per_gpu": pred, "error": (pred - value) / value,
+        "predicted_mfu": est.mfu, "predicted_memory_gb": est.memory_bytes_per_gpu / 1e9, "feasible": est.feasible,
+        "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": resolved,
+    })

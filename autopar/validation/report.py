@@ -1,0 +1,113 @@
+"""Summaries of a validation run: MAPE per file, source group and family (modelled rows, and a
+second figure over all rows), and rank agreement (Kendall tau) within groups of runs that share
+model, GPU, GPU count and batch but differ in layout -- the search's job is ranking."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+from autopar.validation.predict import RowResult
+from autopar.validation.rows import DEFAULTS_DOC
+
+
+def _mape(rows: list[RowResult]) -> dict[str, Any]:
+    errors = [abs(r.error) for r in rows if r.error is not None]
+    return {"mape": statistics.fmean(errors) if errors else None, "num_rows": len(errors),
+            "median_abs_error": statistics.median(errors) if errors else None,
+            "mean_signed_error": statistics.fmean(r.error for r in rows if r.error is not None) if errors else None}
+
+
+def _by(rows: list[RowResult], key) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[RowResult]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return {k: _mape(v) for k, v in sorted(groups.items())}
+
+
+def rank_key(row: dict[str, Any]) -> tuple:
+    """Runs that differ only in layout: same model, GPU type, GPU count, batch, sequence, precision."""
+    return (str(row.get("model_name")), str(row.get("gpu_type")), row.get("num_gpus"), row.get("global_batch_size"),
+            row.get("seq_len"), str(row.get("precision_normalized")))
+
+
+def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[str, Any]:
+    """Kendall tau (tau-a over pairs with different measurements) and the share of pairs the
+    model orders as measured, per group of layout variants and pooled."""
+    groups: dict[tuple, list[RowResult]] = {}
+    for row, res in zip(raw, results):
+        if res.error is not None and not res.not_modelled:
+            groups.setdefault(rank_key(row), []).append(res)
+    out_groups, right, wrong = [], 0, 0
+    for key, members in groups.items():
+        c = d = 0
+        for a, b in itertools.combinations(members, 2):
+            measured = a.measured_tokens_per_second_per_gpu - b.measured_tokens_per_second_per_gpu
+            predicted = a.predicted_tokens_per_second_per_gpu - b.predicted_tokens_per_second_per_gpu
+            if measured == 0:
+                continue
+            if measured * predicted > 0:
+                c += 1
+            else:
+                d += 1
+        if c + d:
+            out_groups.append({"group": " | ".join(str(k) for k in key), "rows": [m.id for m in members],
+                               "pairs": c + d, "kendall_tau": (c - d) / (c + d), "ordered_right": c / (c + d)})
+            right, wrong = right + c, wrong + d
+    pooled = {"pairs": right + wrong, "kendall_tau": (right - wrong) / (right + wrong) if right + wrong else None,
+              "ordered_right": right / (right + wrong) if right + wrong else None}
+    return {"pooled": pooled, "groups": out_groups}
+
+
+def summarize(results: list[RowResult], raw: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    done = [r for r in results if r.error is not None]
+    modelled = [r for r in done if not r.not_modelled]
+    overall = _mape(modelled)
+    out = {
+        "overall_mape": overall["mape"],
+        "median_abs_error": overall["median_abs_error"],
+        "mean_signed_error": overall["mean_signed_error"],
+        "all_rows_mape": _mape(done)["mape"],
+        "by_group": _by(modelled, lambda r: r.source_group),
+        "by_family": _by(modelled, lambda r: r.family or "unknown"),
+        "by_stack": _by(modelled, lambda r: r.stack or "unknown"),
+        "num_rows": len(results),
+        "num_predicted": len(done),
+        "num_skipped": len(results) - len(done),
+        "not_modelled": [{"id": r.id, "reason": r.not_modelled, "error": r.error} for r in done if r.not_modelled],
+        "num_resolved": sum(1 for r in done if r.resolved),
+        "defaults": DEFAULTS_DOC,
+    }
+    if raw is not None:
+        out["rank_agreement"] = rank_agreement(raw, results)
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    """The text table `autopar validate` prints."""
+    lines = [f"{'id':<44} {'plan':<58} {'measured':>9} {'predicted':>9} {'error':>7}"]
+    for r in report["rows"]:
+        if r["skipped"]:
+            lines.append(f"{r['id']:<44} skipped: {r['skipped']}")
+            continue
+        flag = " (not modelled)" if r["not_modelled"] else ""
+        lines.append(f"{r['id'][:44]:<44} {r['plan'][:58]:<58} {r['measured_tokens_per_second_per_gpu']:9.0f} "
+                     f"{r['predicted_tokens_per_second_per_gpu']:9.0f} {100 * r['error']:+6.1f}%{flag}")
+    s = report["summary"]
+    lines += ["", "tokens/s per GPU; error = (predicted - measured) / measured"]
+    for title, table in (("source group", s["by_group"]), ("family", s["by_family"]), ("stack", s["by_stack"])):
+        lines.append(f"by {title}:")
+        for name, g in table.items():
+            lines.append(f"  {name:<42} MAPE {100 * g['mape']:5.1f}%  ({g['num_rows']} rows)")
+    if s["overall_mape"] is not None:
+        lines.append(f"  {'overall':<42} MAPE {100 * s['overall_mape']:5.1f}%  ({s['num_predicted'] - len(s['not_modelled'])} modelled, "
+                     f"{s['num_skipped']} skipped); all rows {100 * s['all_rows_mape']:.1f}%")
+    for nm in s["not_modelled"]:
+        lines.append(f"  not modelled: {nm['id']}: {nm['reason']}")
+    ra = s.get("rank_agreement")
+    if ra and ra["pooled"]["pairs"]:
+        p = ra["pooled"]
+        lines.append(f"  rank agreement: Kendall tau {p['kendall_tau']:.2f}, {100 * p['ordered_right']:.0f}% of {p['pairs']} pairs "
+                     f"ordered right ({len(ra['groups'])} groups of layout variants)")
+    return "\n".join(lines)

@@ -1,0 +1,305 @@
+"""A published run (one row of a runs file: tests/data/*_runs.json) as model, cluster, training
+and plan, with documented defaults for what the row leaves out. Every column the prediction
+reads is read here; columns it cannot use are listed per row (RowInputs.unused)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.errors import InputError
+from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
+from autopar.specs.layout import megatron_layout
+from autopar.specs.plan import Dispatcher, Plan, Recompute, Schedule
+from autopar.specs.training import MoeRouting, Stack
+
+# GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
+CLUSTER_FOR_GPU = {
+    "H100": "dgx-h100-superpod", "H200": "dgx-h200", "H800": "hgx-h800", "A100-80GB": "dgx-a100",
+    "A100-40GB": "dgx-a100-40gb", "B200": "dgx-b200", "B300": "dgx-b300", "GB200": "gb200-nvl72",
+    "GB300": "gb300-nvl72", "V100": "dgx-a100",
+}
+PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}
+GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo", re.I)
+# tokenizer size of a model family, for rows that leave vocab_size out
+FAMILY_VOCAB = (("nemotron", 256000), ("llama3", 128256), ("llama-3", 128256), ("llama", 32000),
+                ("mixtral", 32000), ("mistral", 32000), ("mpt", 50432), ("gpt", 50257))
+# columns that describe the row, not the run's inputs or outcome
+META = {"id", "source_group", "source", "source_location", "source_commit", "table_or_section", "variant", "superseded",
+        "model_name", "model_type", "num_params_billion", "dims_source", "derived_fields", "validation_tier", "notes",
+        "tflops_kind", "flop_formula_note", "peak_tflops_used_by_source", "software_version", "task", "gpu_normalized",
+        "interconnect", "dp_inferred", "tokens_per_batch", "grad_accum_steps", "model_parallel_size", "precision"}
+# columns the prediction reads
+READ = {"num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len",
+        "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size", "moe_shared_expert_ffn_size", "gpu_type", "num_gpus",
+        "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sequence_parallel", "recompute", "zero_stage",
+        "distributed_optimizer", "fsdp", "micro_batch_size", "global_batch_size", "precision_normalized", "software",
+        "moe_dispatcher", "extra_layout", "other_metrics", "tokens_per_sec_per_gpu", "tokens_per_sec_total", "step_time_s",
+        "samples_per_sec", "tflops_per_gpu", "mfu", "hfu", "memory_gb", "aggregate_pflops"}
+USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", "memory_unit"}
+
+DEFAULTS_DOC = """Defaults for fields a row leaves out:
+- micro_batch_size and recompute when not published: the fastest choice that fits in memory
+  (the run did run); the row's report lists what was resolved ('resolved')
+- cp, ep, vpp: 1; etp: tp (Megatron default)
+- precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
+- software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
+  torchtitan (torchtitan-compile when torch.compile is on); Composer/llm-foundry FSDP ->
+  llm-foundry
+- sequence_parallel: on when tp > 1 (Megatron-Core and NeMo default), off for 2021 software
+- ZeRO: 3 for FSDP rows; 1 (distributed optimizer) for Megatron/NeMo rows from 2022 on; 0 for 2021 software
+- flash attention: off for 2021 software (unfused softmax), on otherwise
+- TP communication overlap: off for 2021 software and for stacks without it; on with sequence parallel
+  in Megatron; async TP in torchtitan when the row says so
+- MoE routing: forced balanced when the row says so; token dropping at the capacity the row names;
+  otherwise learned dropless
+- task lora: base weights frozen (no weight gradients, optimizer or DP reduction)
+- gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo names; GPT, MPT, Nemotron not gated
+- dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
+- tied embeddings: GPT and MPT tied, the others untied
+- vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)"""
+
+
+@dataclass
+class RowInputs:
+    """What a row says, as autopar inputs. `plan_fields` leaves out the choices the row does
+    not publish (`open_choices`), which the prediction resolves."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    plan_fields: dict[str, Any]
+    open_choices: list[str] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    not_modelled: str | None = None
+
+
+def _text(row: dict[str, Any], *keys: str) -> str:
+    return " ".join(str(row.get(k) or "") for k in keys).lower()
+
+
+def _family_vocab(name: str) -> int:
+    low = name.lower().replace(" ", "")
+    return next((v for key, v in FAMILY_VOCAB if key in low), 50257)
+
+
+# GPU facts a row states in its gpu_type that change the part: the part's own profile
+STATED_PARTS = (
+    (re.compile(r"H100.*(96 ?GB|94-95 ?GB).*HBM2e", re.I), "H100-96GB-500W", "H100"),  # torchtitan Grand Teton, 500 W
+    (re.compile(r"B200.*power limited", re.I), "B200-750W", "B200"),                    # torchao MX benchmarks
+)
+
+
+def _gpu_name(row: dict[str, Any]) -> tuple[str, str]:
+    """(GPU profile, the GPU whose cluster preset the run used)."""
+    stated = str(row.get("gpu_type") or "")
+    for pattern, part, family in STATED_PARTS:
+        if pattern.search(stated):
+            return part, family
+    name = str(row.get("gpu_normalized") or stated)
+    if name.lower().startswith("ampere"):
+        name = "A100-80GB"
+    return name, name
+
+
+def is_2021(row: dict[str, Any]) -> bool:
+    return "2021" in str(row.get("software_version") or "") or str(row.get("source_group", "")).endswith("2021_table1")
+
+
+def row_stack(row: dict[str, Any]) -> Stack:
+    software = _text(row, "software")
+    if "torchtitan" in software:
+        compiled = (row.get("other_metrics") or {}).get("torch_compile")
+        if compiled is None:
+            compiled = "compile" in _text(row, "precision", "variant", "id")
+        return Stack.torchtitan_compile if compiled else Stack.torchtitan
+    if "composer" in software or "foundry" in software:
+        return Stack.llm_foundry
+    if "deepspeed" in software:
+        return Stack.deepspeed
+    return Stack.megatron
+
+
+def row_model(row: dict[str, Any]) -> ModelSpec:
+    name = str(row.get("model_name") or row["id"])
+    h, ffn = row["hidden_size"], row.get("ffn_hidden_size") or 4 * row["hidden_size"]
+    gated = bool(GATED_NAMES.search(name))
+    megatron_gpt = not gated and "megatron" in str(row.get("software", "")).lower() and "gpt" in name.lower()
+    fields: dict[str, Any] = {
+        "name": name, "num_layers": row["num_layers"], "hidden_size": h,
+        "num_attention_heads": row["num_attention_heads"], "num_kv_heads": row.get("num_kv_heads"),
+        "ffn_hidden_size": ffn, "gated_mlp": gated, "vocab_size": row.get("vocab_size") or _family_vocab(name),
+        "tied_embeddings": not gated and "nemotron" not in name.lower(), "dropout": megatron_gpt,
+    }
+    if row.get("moe_num_experts"):
+        fields.update(num_experts=row["moe_num_experts"], moe_top_k=row.get("moe_top_k") or 2,
+                      moe_ffn_hidden_size=row.get("moe_ffn_hidden_size") or ffn,
+                      moe_shared_expert_ffn_size=row.get("moe_shared_expert_ffn_size") or 0)
+    return ModelSpec.model_validate(fields)
+
+
+def row_cluster(row: dict[str, Any]) -> ClusterSpec:
+    part, family = _gpu_name(row)
+    gpu = load_gpu(part)
+    preset = CLUSTER_FOR_GPU.get(load_gpu(family).name)
+    if preset is None:
+        raise InputError("gpu_normalized", row.get("gpu_normalized"), f"no cluster preset for {gpu.name}")
+    cluster = load_cluster(preset)
+    if cluster.gpu.name != gpu.name:
+        cluster = cluster.model_copy(update={"gpu": gpu})
+    per_node = row.get("gpus_per_node")
+    # a smaller node than the preset's (e.g. 4-GPU PCIe boxes) narrows the NVLink domain; an
+    # NVL72 rack's 4-GPU compute trays do not (the NVLink domain stays 72)
+    if per_node and per_node < cluster.gpus_per_node <= 8:
+        cluster = cluster.model_copy(update={"gpus_per_node": per_node})
+    return cluster.with_gpus(int(row["num_gpus"]))
+
+
+def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
+    text = _text(row, "extra_layout", "moe_dispatcher", "notes", "id", "variant")
+    out: dict[str, Any] = {}
+    if "force-balanced" in text or "forced" in text or "force balance" in text or "ideal (balanced) routing" in text:
+        out["moe_routing"] = MoeRouting.balanced
+    drop = re.search(r"(?:token drop|token-drop)[^0-9]{0,40}?(?:cf\s*=\s*|capacity(?: factor)?\s*)([0-9.]+)", text)
+    if drop and "dropless" not in _text(row, "id", "variant"):
+        out["moe_capacity_factor"] = max(1.0, float(drop.group(1).rstrip(".")))
+    return out
+
+
+def row_training(row: dict[str, Any]) -> TrainingSpec:
+    precision = PRECISION.get(str(row.get("precision_normalized") or "bf16").lower(), "bf16")
+    fields: dict[str, Any] = {
+        "seq_len": row["seq_len"], "global_batch_size": row["global_batch_size"], "precision": Precision(precision),
+        "flash_attention": not is_2021(row), "stack": row_stack(row),
+        "frozen_weights": str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter"),
+    }
+    if row.get("moe_num_experts"):
+        fields.update(_moe_training(row))
+    return TrainingSpec.model_validate(fields)
+
+
+def _recompute(row: dict[str, Any]) -> Recompute | None:
+    text = str(row.get("recompute") or "").lower()
+    if text.startswith("full"):
+        return Recompute.full
+    if text.startswith("selective"):
+        return Recompute.selective
+    if text.startswith("none") or text in ("false", "no"):
+        return Recompute.none
+    return None
+
+
+def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
+    """(FSDP on, shard group size when the column names one smaller than dp x cp). The column
+    holds 0/1 flags, 'On', or text such as 'FSDP2 16-way x TP 8'."""
+    value = row.get("fsdp")
+    if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
+        return False, None
+    text = str(value).lower()
+    if text.strip() in ("0", "off", "false", "no"):
+        return False, None
+    way = re.search(r"(\d+)-way", text)
+    return True, int(way.group(1)) if way and "routed experts" not in text else None
+
+
+def _zero(row: dict[str, Any], fsdp: bool) -> int:
+    if fsdp:
+        return 3
+    if row.get("zero_stage") is not None:
+        return int(row["zero_stage"])
+    if row.get("distributed_optimizer") is not None:
+        return 1 if row["distributed_optimizer"] else 0
+    return 0 if is_2021(row) else 1
+
+
+def _dispatcher(row: dict[str, Any]) -> Dispatcher:
+    text = _text(row, "moe_dispatcher")
+    if "deepep" in text or "hybridep" in text or "flex" in text:
+        return Dispatcher.deepep
+    if "allgather" in text:
+        return Dispatcher.allgather
+    return Dispatcher.alltoall
+
+
+def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
+    """Plan fields the row publishes, and the choices it leaves open (resolved by the prediction)."""
+    tp, pp = row.get("tp") or 1, row.get("pp") or 1
+    sp = row.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1 and not is_2021(row)
+    fsdp, shard = _fsdp(row)
+    zero = _zero(row, fsdp)
+    text = _text(row, "extra_layout", "variant")
+    metrics = row.get("other_metrics") or {}
+    fields: dict[str, Any] = {
+        "tp": tp, "pp": pp, "cp": row.get("cp") or 1, "ep": row.get("ep") or 1, "etp": row.get("etp"),
+        "vpp": row.get("vpp") or 1, "zero": zero, "sp": bool(sp) and tp > 1,
+    }
+    if model.is_moe:
+        fields["dispatcher"] = _dispatcher(row)
+        fields["ep_overlap"] = "a2a overlap" in text and "a2a_overlap=0" not in text
+    if is_2021(row) or training.stack not in (Stack.megatron,) and tp > 1:
+        # --tp-comm-overlap arrived with Megatron-Core (2023); other stacks overlap TP only with async TP
+        fields["tp_overlap"] = bool(metrics.get("async_tp")) or "async tp" in text
+    if shard and shard < (row.get("num_gpus") or 0) // (tp * pp) and zero == 3:
+        fields["zero_shard_size"] = shard
+    if "interleaved" in text or str(metrics.get("pp_schedule") or "").lower().startswith("interleaved"):
+        fields["schedule"] = Schedule.interleaved
+        fields["vpp"] = max(fields["vpp"], 2)
+    if "accounts for embedding and loss" in text and pp > 1:
+        layout = megatron_layout(model.num_layers, pp, fields["vpp"], account_for_embedding=True, account_for_loss=True,
+                                 mtp_layers=model.mtp_num_layers)
+        fields["layout"] = layout.text()
+    open_choices = []
+    if model.is_moe and row.get("etp") is None:
+        dp = (row.get("num_gpus") or 1) // (tp * pp * fields["cp"])
+        if (dp * fields["cp"] * tp) % (fields["ep"] * tp):  # expert TP = TP does not fit: the row folded experts
+            open_choices.append("etp")
+    if row.get("vpp") is None and pp > 1 and "schedule" not in fields and "layout" not in fields:
+        open_choices.append("vpp")
+    recompute = _recompute(row)
+    if recompute is None:
+        open_choices.append("recompute")
+    else:
+        fields["recompute"] = recompute
+    mbs = row.get("micro_batch_size")
+    if mbs is None and pp > 1 and metrics.get("local_batch_size") is None:
+        open_choices.append("mbs")
+    else:
+        fields["mbs"] = mbs or 1
+    return fields, open_choices
+
+
+def unused_columns(row: dict[str, Any]) -> list[str]:
+    """Columns with a value that the prediction does not read."""
+    out = [k for k, v in row.items() if v is not None and k not in META and k not in READ]
+    out += [f"other_metrics.{k}" for k in (row.get("other_metrics") or {}) if k not in USED_METRICS]
+    return sorted(out)
+
+
+NOT_MODELLED = (
+    (re.compile(r"linear attention|gateddeltanet|mamba", re.I), "hybrid linear-attention layers (GatedDeltaNet/Mamba) are not in the model spec"),
+    (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled"),
+)
+
+
+def not_modelled(row: dict[str, Any]) -> str | None:
+    """The physical fact of the row the model does not take, if any."""
+    text = " ".join(str(row.get(k) or "") for k in ("extra_layout", "notes", "variant"))
+    text += " " + " ".join(f"{k}={v}" for k, v in (row.get("other_metrics") or {}).items()
+                           if v and str(v).lower() not in ("false", "0", "none", "off", "no"))
+    for pattern, reason in NOT_MODELLED:
+        if pattern.search(text):
+            return reason
+    return None
+
+
+def row_inputs(row: dict[str, Any]) -> RowInputs:
+    model, cluster, training = row_model(row), row_cluster(row), row_training(row)
+    fields, open_choices = row_plan_fields(row, model, training)
+    return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row))
+
+
+def plan_of(fields: dict[str, Any]) -> Plan:
+    return Plan.model_validate(fields)

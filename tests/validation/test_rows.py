@@ -1,0 +1,66 @@
+"""Rows of the three runs files become autopar inputs: every row is read (issue 9: 0 refused),
+FSDP columns in all their spellings, layouts the rows describe in words, open choices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autopar.validation import predict_row
+from autopar.validation.report import rank_agreement
+from autopar.validation.predict import RowResult
+from autopar.validation.rows import row_inputs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BASE = {"id": "x", "source_group": "g", "model_name": "Llama 3 8B", "num_layers": 32, "hidden_size": 4096,
+        "num_attention_heads": 32, "num_kv_heads": 8, "ffn_hidden_size": 14336, "seq_len": 8192, "num_gpus": 64,
+        "global_batch_size": 64, "gpu_normalized": "H100-80GB", "tp": 1, "pp": 1, "tokens_per_sec_per_gpu": 5000.0}
+
+
+@pytest.mark.parametrize("name", ["dev_runs", "moe_runs", "fsdp_runs"])
+def test_every_row_is_read(name):
+    rows = json.loads((DATA / f"{name}.json").read_text())
+    skipped = [(r["id"], res.skipped) for r in rows if (res := predict_row(r)).skipped]
+    assert skipped == []
+
+
+@pytest.mark.parametrize("fsdp, zero, shard", [
+    (0, 1, None),                                     # NeMo pages: FSDP column 0 = off (crashed validate before)
+    (1, 3, None),                                     # NeMo pages: 1 = Megatron-FSDP on over the DP group
+    ("FSDP2 full shard (64-way)", 3, None),           # 64-way = all of dp: no HSDP
+    ("FSDP2 16-way x TP 8", 3, None),                 # 64 GPUs / tp 8 = dp 8 -> 16 > 8: not a sub-group
+    ("FSDP2 8-way", 3, 8),                            # 8 of 64 ranks: HSDP shard group
+])
+def test_fsdp_column_spellings(fsdp, zero, shard):
+    fields = row_inputs({**BASE, "fsdp": fsdp, "tp": 8 if "TP 8" in str(fsdp) else 1}).plan_fields
+    assert fields["zero"] == zero and fields.get("zero_shard_size") == shard
+
+
+def test_accounted_embedding_and_loss_become_a_layout():
+    # ModelZoo Qwen3-235B: 94 layers on pp 32 x vpp 3, "PP layout accounts for embedding and loss as
+    # stages (94 layers -> 96 virtual stages)": 96 virtual stages of one unit each
+    row = {**BASE, "num_layers": 94, "pp": 32, "vpp": 3, "num_gpus": 256, "extra_layout": "EDP=1; PP layout accounts for embedding and loss as stages (94 layers -> 96 virtual stages)"}
+    layout = row_inputs(row).plan_fields["layout"]
+    assert layout == "E|(t|)*94,L"
+
+
+def test_unpublished_recompute_resolves_to_the_fastest_that_fits():
+    res = predict_row({**BASE, "recompute": None})
+    assert set(res.resolved) == {"recompute"} and res.feasible
+
+
+def test_unused_columns_are_listed():
+    res = predict_row({**BASE, "interconnect": "IB", "aggregate_pflops": None, "other_metrics": {"steps": 100}})
+    assert res.unused == ["other_metrics.steps"]
+
+
+def test_kendall_tau_by_hand():
+    # one group, three layouts: measured 1 < 2 < 3, predicted 1 < 3 > 2: pairs (a,b) right, (a,c)
+    # right, (b,c) wrong -> tau = (2 - 1) / 3, two thirds ordered right
+    raw = [dict(BASE, id=i) for i in "abc"]
+    res = [RowResult(id=i, source_group="g", model_name="m", num_gpus=64, measured_tokens_per_second_per_gpu=m,
+                     predicted_tokens_per_second_per_gpu=p, error=p / m - 1) for i, m, p in (("a", 1, 1), ("b", 2, 3), ("c", 3, 2))]
+    pooled = rank_agreement(raw, res)["pooled"]
+    assert pooled["pairs"] == 3 and pooled["kendall_tau"] == pytest.approx(1 / 3) and pooled["ordered_right"] == pytest.approx(2 / 3)
