@@ -23,6 +23,7 @@ def fixed_estimate(plan_text: str, num_gpus: int, dp: int, m: int, stages: list[
 
 
 FP32_REDUCE = {"grad_reduce_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0}  # gradients reduced in fp32
+BF16_REDUCE = {"grad_reduce_bytes_per_param": 2.0}  # gradients reduced in bf16 (Megatron --grad-reduce-in-bf16)
 
 
 def make_job(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int, plan: str,
@@ -45,7 +46,7 @@ def make_job(model: str, cluster: str, gpus: int, seq_len: int, global_batch: in
 # framework's own code (tests/emit/test_emit_frameworks.py).
 GOLDEN_CASES = {
     # Llama-3 8B, tp 2 x pp 2 (a plain 1F1B pipeline)
-    "dense_1f1b": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=2,pp=2,mbs=2,zero=1,recompute=none"),
+    "dense_1f1b": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=2,pp=2,mbs=2,zero=1,recompute=none", "bf16", BF16_REDUCE),
     # Llama-3 8B FSDP (ZeRO-3) on one node of 8 GPUs
     "fsdp_zero3": ("llama3-8b", "dgx-h100", 8, 8192, 128, "tp=1,pp=1,zero=3,recompute=full", "bf16", FP32_REDUCE),
 
@@ -60,7 +61,7 @@ GOLDEN_CASES = {
     # 128K context: ring CP with tp 4, and Ulysses CP without TP
     "long_context_cp": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=4,cp=4,cp_algo=ring,zero=1,recompute=full", "bf16", FP32_REDUCE),
 
-    "long_context_ulysses": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=1,cp=8,cp_algo=ulysses,zero=3,recompute=full"),
+    "long_context_ulysses": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=1,cp=8,cp_algo=ulysses,zero=3,recompute=full", "bf16", BF16_REDUCE),
     # Mixtral 8x7B with expert parallelism and expert tensor parallelism
     "moe_ep_etp": ("mixtral-8x7b", "dgx-h100", 64, 4096, 512, "tp=4,pp=2,ep=4,etp=2,zero=1,recompute=selective"),
     # DeepSeek-V3 on 2,048 H800: pp 16 x ep 64 (uneven balanced stages), and tp 2 x ep 64 with DeepEP

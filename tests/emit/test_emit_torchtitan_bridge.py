@@ -10,7 +10,7 @@ import pytest
 from autopar.emit import RuleViolation
 from autopar.emit.bridge import bridge_overrides, emit_bridge
 from autopar.emit.torchtitan import emit_torchtitan
-from emit_cases import FP32_REDUCE, GOLDEN_CASES, make_job
+from emit_cases import BF16_REDUCE, FP32_REDUCE, GOLDEN_CASES, make_job
 
 
 R4 = FP32_REDUCE  # torchtitan reduces gradients in fp32 only
@@ -75,7 +75,7 @@ def test_torchtitan_zero0_is_ddp_and_zero3_is_fsdp():
 
 
 TITAN_REFUSED = [
-    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "bf16", "gradients reduced in float32"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "bf16", "gradients reduced in float32"),  # with BF16_REDUCE below
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,ep=4", "bf16", "a torchtitan model registry entry for the model"),
     ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64", "bf16", "MTP modules only without pipeline parallelism"),
     ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4", "bf16", "FullAC wraps every"),
@@ -92,7 +92,7 @@ TITAN_REFUSED = [
 @pytest.mark.parametrize("model, cluster, gpus, seq, gbs, plan, precision, rule", TITAN_REFUSED, ids=[r[-1][:40] for r in TITAN_REFUSED])
 def test_torchtitan_refuses_with_the_rule(model, cluster, gpus, seq, gbs, plan, precision, rule):
     with pytest.raises(RuleViolation) as info:
-        emit_torchtitan(make_job(model, cluster, gpus, seq, gbs, plan, precision, None if "float32" in rule else R4))
+        emit_torchtitan(make_job(model, cluster, gpus, seq, gbs, plan, precision, BF16_REDUCE if "float32" in rule else R4))
     assert rule in str(info.value)
 
 

@@ -36,6 +36,7 @@ MEGATRON_ARGS=(
   --max-position-embeddings 8192
   # precision
   --bf16
+  --grad-reduce-in-bf16
   # optimizer sharding and overlap
   --use-distributed-optimizer
   --ckpt-format torch_dist

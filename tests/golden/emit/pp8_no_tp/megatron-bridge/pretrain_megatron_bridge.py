@@ -53,7 +53,7 @@ OVERRIDES = {
     'dist.use_tp_pp_dp_mapping': False,
 }
 MIXED_PRECISION = 'bf16_mixed'
-GRAD_REDUCE_IN_FP32 = False  # the precision recipe's own default would win otherwise
+GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
 TP_COMM_OVERLAP = False
 
 

@@ -34,7 +34,6 @@ MEGATRON_ARGS=(
   --max-position-embeddings 8192
   # precision
   --bf16
-  --grad-reduce-in-bf16
   # activation recompute
   --recompute-granularity full
   --recompute-method uniform

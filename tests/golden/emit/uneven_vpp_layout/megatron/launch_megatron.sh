@@ -37,7 +37,6 @@ MEGATRON_ARGS=(
   --max-position-embeddings 8192
   # precision
   --bf16
-  --grad-reduce-in-bf16
   # activation recompute
   --recompute-granularity selective
   # optimizer sharding and overlap
