@@ -14,7 +14,7 @@ VERSIONS = "Megatron-LM/Megatron Core 0.19.2, Megatron-Bridge 0.6.2, DeepSpeed 0
 
 def render(outcomes: dict, cases: dict) -> str:
     lines = ["# Emitted launchers loaded by the real frameworks", "",
-             f"Packages: {VERSIONS} (pyproject.toml extra "integration", .ci/integration-wheels.txt).",
+             f"Packages: {VERSIONS} (pyproject.toml extra 'integration', .ci/integration-wheels.txt).",
              "Each artefact is loaded with the framework's own config code and its resolved parallel sizes, per-rank layers,",
              "micro/global batch, precision and reduce dtype, recompute, dispatcher, schedule, vpp and MTP are compared",
              "with the plan (tests/emit/test_emit_frameworks.py); a refusal names the framework rule.", "",
