@@ -62,8 +62,8 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(not job.model.mtp_num_layers, "no MTP modules", f"mtp_num_layers={job.model.mtp_num_layers}: "
                 "a PipelineModule of decoder LayerSpecs has no multi-token-prediction head", "")
     if job.model.is_moe:
-        rules.check(plan.dispatcher.value == "alltoall", "MoE dispatch = all-to-all (AutoEP)",
-                    f"dispatcher={plan.dispatcher.value}", "EP")
+        rules.check(plan.dispatcher.value == "alltoall" and not plan.ep_overlap, "MoE dispatch = all-to-all (AutoEP), no EP overlap",
+                    f"dispatcher={plan.dispatcher.value}, ep_overlap={plan.ep_overlap}", "EP")
 
 
 def build_config(job: EmitJob) -> dict:

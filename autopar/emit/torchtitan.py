@@ -98,6 +98,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
                 "plan with 4-byte gradient reduction", "TT config/configs.py TrainingConfig")
     rules.check(job.model.name in MODELS, "a torchtitan model registry entry for the model",
                 f"{job.model.name}: torchtitan ships {', '.join(sorted(MODELS))}; another registry model would train a different network", "TT")
+    if job.model.is_moe:
+        rules.check(not plan.ep_overlap, "no EP communication overlap", "ep_overlap=on: torchtitan has no "
+                    "overlap of one micro-batch's expert all-to-all with another's compute", "TT")
     if job.model.mtp_num_layers and plan.pp > 1:
         rules.check(False, "MTP modules only without pipeline parallelism",
                     f"mtp_num_layers={job.model.mtp_num_layers} with pp={plan.pp}: torchtitan's pipeline split "
@@ -132,6 +135,8 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
         p["fsdp_reshard_after_forward"] = "never"
         tc.notes.append(f"torchtitan has no optimizer-only ZeRO-{plan.zero}; FSDP2 with reshard_after_forward=never "
                         "shards gradients and optimizer states (ZeRO-2 memory, same traffic).")
+    elif plan.zero == 3:  # the plan's resolved choice, not torchtitan's default (which depends on PP)
+        p["fsdp_reshard_after_forward"] = "always" if plan.reshard_after_forward else "never"
     p["tensor_parallel_degree"] = plan.tp
     p["enable_sequence_parallel"] = plan.sequence_parallel
     p["pipeline_parallel_degree"] = plan.pp

@@ -44,6 +44,8 @@ def planned(job: EmitJob) -> dict:
         "recompute": plan.recompute.value, "recompute_layers": recomputed_per_rank(job),
         "schedule": plan.pipeline_schedule.value, "zero": plan.zero,
     }
+    if plan.zero == 3:
+        out["reshard"] = plan.reshard_after_forward
     if plan.cp > 1:
         out["cp_algo"] = plan.cp_algo.value
     if plan.tp > 1 and plan.tp_comm_overlap:

@@ -77,8 +77,11 @@ def resolve_torchtitan(folder: Path, job) -> dict:
         "reduce_fp32": tr.mixed_precision_reduce == "float32", "recompute": recompute,
         "recompute_layers": ranks if recompute == "full" else [0] * dims.pp,
         "schedule": {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "GPipe": "gpipe"}.get(par.pipeline_parallel_schedule, par.pipeline_parallel_schedule) if dims.pp > 1 else "1f1b",
-        "zero": job.plan.zero if dims.dp_shard > 1 or dp == 1 else 0,
     }
+    # ZeRO-1/2 run as FSDP2 that never reshards (the artefact says so); only ZeRO-3's reshard choice is a setting
+    if job.plan.zero == 3:
+        mode = par.fsdp_reshard_after_forward
+        out["reshard"] = {"always": True, "never": False}.get(mode, dims.pp == 1)
     if dims.cp > 1:
         out["cp_algo"] = "ring"  # torchtitan's context parallelism is ring attention
     if config.compile.enable_async_tensor_parallel:  # CompileConfig.__post_init__ already checked compile

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,22 @@ from emit_cases import GOLDEN_CASES, make_job
 from frameworks import differences, missing_keys, planned
 from fw_bridge import offline_hub
 
-# huggingface_hub reads HF_HOME once, at import: serve the presets' config.json before any import
-HUB = Path(tempfile.mkdtemp(prefix="autopar-hf-"))
-os.environ.update(offline_hub(HUB))
+HUB: list[Path] = []  # the offline hub cache of this session
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _offline_hub(tmp_path_factory):
+    """huggingface_hub reads HF_HOME once, at its import: serve the presets' config.json before
+    the first test imports a framework."""
+    HUB.append(tmp_path_factory.mktemp("hf"))
+    saved = {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(offline_hub(HUB[0]))
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +82,7 @@ def test_framework_loads_artefact_as_planned(case, fmt):
         assert rules, f"{case}/{fmt}: a refusal must name the framework rule"
         return
     resolve = resolver(fmt)
-    args = (folder, job, HUB) if fmt == "megatron-bridge" else (folder, job)
+    args = (folder, job, HUB[0]) if fmt == "megatron-bridge" else (folder, job)
     try:
         resolved = resolve(*args)
     except Exception as exc:

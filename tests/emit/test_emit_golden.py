@@ -64,3 +64,18 @@ def test_refusals_name_the_rules_emit_refuses_with(golden_job):
             assert (found == []) == ("REFUSED.txt" not in files), f"{case}/{fmt}"
             for rule in found:
                 assert rule in files.get("REFUSED.txt", ""), f"{case}/{fmt}: {rule}"
+
+
+def test_framework_report_counts_outcomes(tmp_path):
+    """The closing table (results/emit/frameworks.md) has a row per plan, a column per format and
+    the three counts; a file is written whole (atomic replace)."""
+    from framework_report import write
+
+    outcomes = {("dense_1f1b", "megatron"): "loads as planned", ("dense_1f1b", "deepspeed"): "refused: tp == 1",
+                ("fp8_70b", "megatron"): "DIFFERS: tp: plan 4, framework 2"}
+    target = tmp_path / "out" / "frameworks.md"
+    write(target, outcomes, {k: GOLDEN_CASES[k] for k in ("dense_1f1b", "fp8_70b")})
+    text = target.read_text()
+    assert "| plan | megatron | deepspeed | torchtitan | megatron-bridge |" in text
+    assert text.count("\n| dense_1f1b:") == 1 and "not run" in text
+    assert "1 load as planned, 1 refused with the rule named, 1 differ or are rejected." in text

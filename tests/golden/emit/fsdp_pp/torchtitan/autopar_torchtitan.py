@@ -17,6 +17,7 @@ from torchtitan.models.llama3.config_registry import llama3_70b as _base
 PARALLELISM = {
     'data_parallel_replicate_degree': 1,
     'data_parallel_shard_degree': 8,
+    'fsdp_reshard_after_forward': 'never',
     'tensor_parallel_degree': 2,
     'enable_sequence_parallel': True,
     'pipeline_parallel_degree': 4,
