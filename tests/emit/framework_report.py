@@ -22,7 +22,8 @@ def render(outcomes: dict, cases: dict) -> str:
     for case in sorted(cases):
         model, _, gpus, seq, gbs, plan = cases[case][:6]
         cells = [outcomes.get((case, fmt), "not run").replace("|", "/") for fmt in FORMATS]
-        lines.append(f"| {case}: {model}, {gpus} GPUs, seq {seq}, gbs {gbs}, `{plan}` | " + " | ".join(cells) + " |")
+        plan_text = plan.replace("|", "\\|")  # layout strings hold '|'
+        lines.append(f"| {case}: {model}, {gpus} GPUs, seq {seq}, gbs {gbs}, `{plan_text}` | " + " | ".join(cells) + " |")
     ran = [v for v in outcomes.values()]
     lines += ["", f"{sum(v == 'loads as planned' for v in ran)} load as planned, {sum(v.startswith('refused') for v in ran)} refused "
               f"with the rule named, {sum(v.startswith(('DIFFERS', 'REJECTED')) for v in ran)} differ or are rejected."]

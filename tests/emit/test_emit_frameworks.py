@@ -77,7 +77,7 @@ def test_framework_loads_artefact_as_planned(case, fmt):
     folder = GOLDEN / case / fmt
     refused = folder / "REFUSED.txt"
     if refused.exists():
-        rules = re.findall(r"\[([^\]]+)\]", refused.read_text())
+        rules = re.findall(r"(?:refuses it: |; )\[([^\]]+)\]", refused.read_text())  # "[rule] detail" items
         OUTCOMES[(case, fmt)] = "refused: " + "; ".join(rules)
         assert rules, f"{case}/{fmt}: a refusal must name the framework rule"
         return
