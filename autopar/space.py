@@ -1,5 +1,5 @@
 """The plan space: the legal values of every plan dimension for a model, cluster and
-training spec, enumerated once as a PlanTable and shared by every solver (DESIGN.md 'The
+training spec, enumerated once as a PlanTable and shared by every solver (docs/design.md 'The
 plan space'). Cross-dimension rules come from autopar.cost.rules (one implementation)."""
 
 from __future__ import annotations

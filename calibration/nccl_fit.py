@@ -1,4 +1,4 @@
-"""Fit a collective's time against message size (DESIGN.md 'Calibration').
+"""Fit a collective's time against message size (docs/design.md 'Calibration').
 
     t(S) = L + S x f / B x (1 + (h / S)^p)
 

@@ -3,7 +3,7 @@ nodes, from what the log prints (program name, device lines, busbw / algbw, elem
 or from the user's overrides; and which parts of a complete log are missing (warnings).
 
 busbw / algbw = 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall,
-1 for sendrecv (shared/reference/nccl_tests_format.md section 2), so n = 2 / (2 - r) or
+1 for sendrecv (docs/reference/nccl_tests_format.md section 2), so n = 2 / (2 - r) or
 1 / (1 - r) when the program name is missing.
 """
 

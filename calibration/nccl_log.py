@@ -1,4 +1,4 @@
-"""Read nccl-tests output as people paste it (shared/reference/nccl_tests_format.md).
+"""Read nccl-tests output as people paste it (docs/reference/nccl_tests_format.md).
 
 Accepted: `#` header lines (nThread, device list with hosts), out-of-place and in-place
 columns, the `# Avg bus bandwidth` trailer, `[1,0]<stdout>:` / `0: ` prefixes, lines whose

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from autopar.cost.comm import Collective, collective_choice, place_group
+from autopar.cost.comm import NVLS_MODEL_CHANGE, Collective, collective_choice, place_group, version_tuple
+from autopar.errors import InputError
 from autopar.specs.costparams import CommCalibration, CostParams
 from autopar.specs.hardware import ClusterSpec
 from calibration.nccl_log import NcclLog
@@ -32,20 +33,26 @@ MIN_SENSITIVE = 3      # sizes that must measure a parameter before it is fitted
 ROBUST_SCALE = 0.05    # Cauchy scale on log time: outlying sizes (another protocol, a stall) count less
 NCCL_OPS = (Collective.all_reduce, Collective.all_gather, Collective.reduce_scatter)
 
-# name -> (bounds in log space relative to the default, or absolute bounds for exponents; why not identified)
+# name -> (bounds relative to the default (absolute for exponents); prior width: the fit pays one
+# ROBUST_SCALE residual per this many log units (units) away from the default -- NCCL's constants
+# and the profile's efficiencies are a weak prior that settles what the logs leave degenerate
+# (e.g. 2-node runs tell the sum of NVLink and network latencies, not the split); why not identified)
 PARAMETERS = {
-    "intra_busbw_gb_per_s": ((0.3, 2.0), "no large-message ring (Simple) run inside one node: intra-node bandwidth from the cluster's link rate x nvlink_efficiency"),
-    "nvls_speedup": ((0.77, 1.6), "no NVLS-bound run (one-node AllReduce with NVLS, or 2-node NVLS-tree): NVLS gain from the default profile"),
-    "network_efficiency": ((0.3, 1.11), "no multi-node run bound by the NICs (a NCCL_ALGO=Ring log, or more than 2 nodes): network efficiency from the default profile"),
-    "tree_efficiency": ((0.3, 1.08), "no multi-node tree data: tree bandwidth from the default profile"),
-    "intra_latency_scale": ((0.2, 5.0), "no small-message (latency-bound) run inside one node: NCCL's NVLink/PCIe latencies"),
-    "net_latency_scale": ((0.2, 5.0), "no small-message multi-node run: NCCL's network latencies"),
-    "ring_half_bandwidth_bytes": ((0.01, 100.0), "no mid-size ring/tree Simple data: ring saturation from the default profile (seed 001 58 MB point)"),
-    "ring_saturation_exponent": ((0.3, 1.5), "no mid-size ring/tree Simple data over a wide size range: ring saturation exponent from the default profile"),
-    "switch_half_bandwidth_bytes": ((0.01, 100.0), "no mid-size NVLS / NVLS-tree data: in-switch saturation from the default profile"),
-    "switch_saturation_exponent": ((0.3, 1.5), "no mid-size NVLS / NVLS-tree data over a wide size range: in-switch saturation exponent from the default profile"),
+    "intra_busbw_gb_per_s": ((0.3, 2.0), np.log(1.3), "no large-message ring (Simple) run inside one node: intra-node bandwidth from the cluster's link rate x nvlink_efficiency"),
+    "nvls_speedup": ((0.77, 1.6), np.log(1.2), "no NVLS-bound run (one-node AllReduce with NVLS, or 2-node NVLS-tree): NVLS gain from the default profile"),
+    "network_efficiency": ((0.3, 1.11), np.log(1.15), "no multi-node run bound by the NICs (a NCCL_ALGO=Ring log, or more than 2 nodes): network efficiency from the default profile"),
+    "intra_latency_scale": ((0.2, 5.0), np.log(2.0), "no small-message (LL/LL128) run inside one node: NCCL's NVLink/PCIe LL and LL128 latencies"),
+    "net_latency_scale": ((0.2, 5.0), np.log(2.0), "no small-message (LL/LL128) multi-node run: NCCL's network LL and LL128 latencies"),
+    "intra_simple_latency_scale": ((0.2, 5.0), np.log(2.0), "no mid-size Simple run inside one node: NCCL's NVLink/PCIe Simple latencies"),
+    "net_simple_latency_scale": ((0.2, 5.0), np.log(2.0), "no mid-size Simple multi-node run: NCCL's network Simple latencies"),
+    "ring_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size ring/tree Simple data: ring saturation from the default profile (seed 001 58 MB point)"),
+    "ring_saturation_exponent": ((0.3, 1.5), 0.3, "no mid-size ring/tree Simple data over a wide size range: ring saturation exponent from the default profile"),
+    "switch_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size NVLS / NVLS-tree data: in-switch saturation from the default profile"),
+    "switch_saturation_exponent": ((0.3, 1.5), 0.3, "no mid-size NVLS / NVLS-tree data over a wide size range: in-switch saturation exponent from the default profile"),
 }
 _ABSOLUTE = ("ring_saturation_exponent", "switch_saturation_exponent")
+_BANDWIDTHS = ("intra_busbw_gb_per_s", "nvls_speedup", "network_efficiency")
+BANDWIDTH_BOUND_BYTES = 512 * MIB
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,9 @@ def defaults(params: CostParams, cluster: ClusterSpec) -> dict[str, float]:
     c, link = params.comm, cluster.intra_node
     eff = c.nvlink_efficiency if link.kind.value == "nvlink" else c.pcie_efficiency
     return {"intra_busbw_gb_per_s": link.bandwidth_gb_per_s * eff, "nvls_speedup": c.sharp_speedup,
-            "network_efficiency": c.network_efficiency, "tree_efficiency": c.tree_efficiency,
-            "intra_latency_scale": 1.0, "net_latency_scale": 1.0,
+            "network_efficiency": c.network_efficiency,
+            "intra_latency_scale": 1.0, "net_latency_scale": 1.0, "intra_simple_latency_scale": 1.0,
+            "net_simple_latency_scale": 1.0,
             "ring_half_bandwidth_bytes": c.half_bandwidth_bytes, "ring_saturation_exponent": c.saturation_exponent,
             "switch_half_bandwidth_bytes": c.switch_half_bandwidth_bytes, "switch_saturation_exponent": c.switch_saturation_exponent}
 
@@ -107,15 +115,19 @@ def _log_times(pts: list[Point], params: CostParams) -> np.ndarray:
 
 
 def sensitivities(pts: list[Point], params: CostParams, values: dict[str, float], names) -> dict[str, int]:
-    """How many sizes each parameter moves by >= SENSITIVITY (d log t / d log theta, 10% step)."""
+    """How many sizes each parameter moves by >= SENSITIVITY (d log t / d log theta, 10% step).
+    A link bandwidth counts only sizes of BANDWIDTH_BOUND_BYTES and more, where it sets the rate:
+    below, it also sets the pipeline fill (nccl_pipeline.py), which a latency can trade for."""
     base = _log_times(pts, with_values(params, values))
+    large = np.array([p.size_bytes >= BANDWIDTH_BOUND_BYTES for p in pts])
     out = {}
     for name in names:
         step = 0.1 if name in _ABSOLUTE else np.log(1.1)
         moved = dict(values)  # a step down keeps efficiencies within (0, 1]
         moved[name] = values[name] - step if name in _ABSOLUTE else values[name] / np.exp(step)
         delta = np.abs(_log_times(pts, with_values(params, moved)) - base) / step
-        out[name] = int(np.sum(delta >= SENSITIVITY))
+        counted = delta >= SENSITIVITY
+        out[name] = int(np.sum(counted & large if name in _BANDWIDTHS else counted))
     return out
 
 
@@ -130,8 +142,12 @@ def _solve(pts: list[Point], params: CostParams, anchor: dict[str, float], start
             values[name] = float(v) if name in _ABSOLUTE else float(anchor[name] * np.exp(v))
         return values
 
+    prior_center = np.array([anchor[n] if n in _ABSOLUTE else 0.0 for n in free])
+    prior_width = np.array([PARAMETERS[n][1] for n in free])
+
     def residual(x):
-        return _log_times(pts, with_values(params, unpack(x))) - measured
+        prior = ROBUST_SCALE * (np.asarray(x) - prior_center) / prior_width
+        return np.concatenate([_log_times(pts, with_values(params, unpack(x))) - measured, prior])
 
     lo = [PARAMETERS[n][0][0] if n in _ABSOLUTE else np.log(PARAMETERS[n][0][0]) for n in free]
     hi = [PARAMETERS[n][0][1] if n in _ABSOLUTE else np.log(PARAMETERS[n][0][1]) for n in free]
@@ -140,11 +156,35 @@ def _solve(pts: list[Point], params: CostParams, anchor: dict[str, float], start
     return unpack(res.x)
 
 
-def fit(runs: list[Run], params: CostParams) -> CommCalibration:
-    """Fit what the logs measure; keep (and name) what they do not."""
+def logs_nccl_version(runs: list[Run]) -> str | None:
+    """The NCCL release (major.minor) the logs print: the oldest when they differ but choose by
+    the same tuning model; InputError when they straddle a change of it (name one: --nccl-version)."""
+    printed = sorted({version_tuple(r.log.nccl_version) for r in runs if r.log.nccl_version})
+    if not printed:
+        return None
+    if printed[0] < NVLS_MODEL_CHANGE <= printed[-1]:
+        names = ", ".join(f"{a}.{b}" for a, b in printed)
+        raise InputError("nccl_version", names, "the logs ran NCCL releases that choose algorithms differently (before and "
+                         "from 2.28): fit them separately or name the release with --nccl-version")
+    return "{}.{}".format(*printed[0])
+
+
+def with_nccl_version(params: CostParams, version: str | None) -> CostParams:
+    """Cost parameters whose NCCL choices follow the tuning model of that release."""
+    if version is None:
+        return params
+    nccl = params.comm.nccl.model_copy(update={"version": version})
+    return params.model_copy(update={"comm": params.comm.model_copy(update={"nccl": nccl})})
+
+
+def fit(runs: list[Run], params: CostParams, nccl_version: str | None = None) -> CommCalibration:
+    """Fit what the logs measure; keep (and name) what they do not. NCCL chooses algorithms by
+    the model of nccl_version, else of the release the logs print, else of the default."""
     pts = points(runs)
     if not pts:
         raise ValueError("no all_reduce / all_gather / reduce_scatter log to fit")
+    nccl_version = nccl_version or logs_nccl_version(runs)
+    params = with_nccl_version(params, nccl_version)
     anchor = defaults(params, runs[0].cluster)
     if not runs[0].cluster.intra_node.sharp:
         anchor.pop("nvls_speedup")
@@ -161,6 +201,6 @@ def fit(runs: list[Run], params: CostParams) -> CommCalibration:
     fitted = with_values(params, values)
     errors = [predict(p, fitted) / p.seconds - 1.0 for p in pts if p.size_bytes >= MIB]
     kept = {n: values[n] for n in free}
-    return CommCalibration(**kept, not_identified={n: PARAMETERS[n][1] for n in PARAMETERS if n not in free},
+    return CommCalibration(**kept, nccl_version=nccl_version, not_identified={n: PARAMETERS[n][2] for n in PARAMETERS if n not in free},
                            num_observations=len(pts), median_error=statistics.median(abs(e) for e in errors) if errors else None,
                            max_error=max(abs(e) for e in errors) if errors else None, sources=sorted({r.label for r in runs}))

@@ -72,9 +72,10 @@ def cluster_for(log: NcclLog, cluster: ClusterSpec | None, gpu: GpuSpec | None) 
 
 def build_collectives(logs: list[NcclLog], forced: dict[str, tuple[str | None, str | None]] | None = None,
                       gpu_name: str | None = None, cluster: ClusterSpec | None = None,
-                      params: CostParams | None = None) -> tuple[CommCalibration, list[LogFit]]:
+                      params: CostParams | None = None, nccl_version: str | None = None) -> tuple[CommCalibration, list[LogFit]]:
     """Per-log fits (reported) and the fitted physical parameters (used by the cost model).
-    forced: log path -> (algorithm, protocol) the run forced."""
+    forced: log path -> (algorithm, protocol) the run forced; nccl_version: the NCCL release the
+    logs ran, when they do not print it (else theirs, else the default tuning model's)."""
     params = params or load_cost_params()
     forced = forced or {}
     reports, runs = [], []
@@ -86,4 +87,4 @@ def build_collectives(logs: list[NcclLog], forced: dict[str, tuple[str | None, s
         runs.append(Run(log, cluster_for(log, cluster, gpu), algo or log.algorithm, proto))
         if not log.path.rsplit("#", 1)[-1].startswith("points["):
             reports.append(log_fit_report(log, algo or algorithm(log, gpu), fit_log(log)))
-    return fit(runs, params), reports
+    return fit(runs, params, nccl_version), reports

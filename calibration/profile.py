@@ -47,8 +47,8 @@ def existing_profile(path: str | Path) -> CalibrationProfile | None:
 
 def nccl_profile(name: str, logs: list[NcclLog], gpu: str | None = None, command: str = "",
                  base: CalibrationProfile | None = None, forced: dict | None = None,
-                 cluster: ClusterSpec | None = None) -> CalibrationProfile:
-    collectives, fits = build_collectives(logs, forced, gpu, cluster)
+                 cluster: ClusterSpec | None = None, nccl_version: str | None = None) -> CalibrationProfile:
+    collectives, fits = build_collectives(logs, forced, gpu, cluster, nccl_version=nccl_version)
     per_node = Counter(log.ranks_per_node for log in logs if not log.path.endswith("]")).most_common(1)
     update: dict[str, Any] = {
         "collectives": collectives, "log_fits": fits, "created_by": command,

@@ -14,7 +14,8 @@ from autopar.specs.costparams import CalibrationProfile, load_calibration_profil
 from calibration.gemm_data import read_samples
 from calibration.gemm_fit import fit_gemm, gemm_table
 from calibration.nccl_fit import fit_log
-from calibration.nccl_log import NcclLogError, read_log
+from calibration.nccl_log import NcclLogError
+from calibration.nccl_samples import read_sample
 from calibration.shipped import FITTED, GEMM_CSV, NCCL, ROOT
 
 OUT = ROOT.parent / "results" / "calibration"
@@ -26,7 +27,7 @@ def nccl_fits() -> list[dict]:
     for path in sorted(NCCL.rglob("*.txt")):
         name = str(path.relative_to(NCCL))
         try:
-            log = read_log(path)
+            log = read_sample(name)
         except NcclLogError as exc:
             rows.append({"log": name, "refused": str(exc).split(": ", 1)[1]})
             continue
@@ -90,10 +91,10 @@ def rules_of_thumb() -> list[dict]:
          "note": "no sample measures the 8x H100 ring below 16 GiB: the ring curve keeps the default model's saturation shape"},
         {"check": "58 MB all_reduce on 8x H100, NVLS: algbw (busbw)", "expected": "(NVLS default on H100)",
          "predicted": mid_nvls["algbw_gb_per_s"], "busbw": mid_nvls["busbw_gb_per_s"]},
-        {"check": "96 ranks (12 nodes) H100 all_reduce busbw at 8 GiB (from 1-node + 2-node fits)",
+        {"check": "96 ranks (12 nodes) H100 all_reduce busbw at 8 GiB (h100-ib profile)",
          "expected": "386.6 GB/s (CoreWeave H100 IB, SHARP enabled; nonstandard/h100_96rank_...)",
          "predicted": _point(ib, "dgx-h100-superpod", ar, big, 96)["busbw_gb_per_s"]},
-        {"check": "128 ranks (16 nodes) all_reduce busbw at 16 GiB (from 1-node + 2-node H100 IB fits)",
+        {"check": "128 ranks (16 nodes) all_reduce busbw at 16 GiB (h100-ib profile)",
          "expected": "369.9 GB/s (AWS p5en H200 EFA; nonstandard/h200_p5en_...)",
          "predicted": _point(ib, "dgx-h100-superpod", ar, 2 * big, 128)["busbw_gb_per_s"]},
     ]
@@ -116,7 +117,7 @@ def write_reports(validation: dict | None = None, out: Path = OUT) -> list[str]:
     (out / "nccl_fits.txt").write_text(nccl_table(fits) + "\n")
     checks = rules_of_thumb()
     (out / "rules_of_thumb.json").write_text(json.dumps(checks, indent=1) + "\n")
-    from calibration.heldout import report as heldout_report
+    from calibration.heldout import _verdict, report as heldout_report
 
     heldout, heldout_text = heldout_report()
     (out / "heldout.json").write_text(json.dumps(heldout, indent=1) + "\n")
@@ -131,7 +132,7 @@ def write_reports(validation: dict | None = None, out: Path = OUT) -> list[str]:
         for h in case["held_out"]:
             mid = "-" if h["max_error_1_64mib"] is None else f"{100 * h['max_error_1_64mib']:.1f}%"
             lines.append(f"held out {h['log'].rsplit('/', 1)[-1]}: max |busbw error| >= 64 MiB {100 * h['max_error_ge_64mib']:.1f}%, "
-                         f"1-64 MiB {mid} ({'pass' if h['passes'] else 'FAIL'})")
+                         f"1-64 MiB {mid} ({_verdict(h, case)})")
     lines.append(gemm_text)
     if validation is not None:
         (out / "validation_before_after.json").write_text(json.dumps(validation, indent=1) + "\n")

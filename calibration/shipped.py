@@ -11,6 +11,10 @@ predict large ones in results/calibration/heldout.txt):
   network (97% of the NICs) that default jobs do not get (81-91% at 4-8 nodes).
 - A100 over RoCE: the four tuned OCI 2-node logs (16 x 100 Gb/s RoCE per node, 174-190 GB/s);
   the 2021 OCI log of the same shape ran an untuned container at 71.6 GB/s and is left out.
+  They ran NCCL 2.14 and 2.29, whose tuning models differ only for NVLS-tree, which A100 lacks:
+  fitted as 2.29.
+- NCCL release: the one the logs print (nccl-tests#309: 2.26.2; gj-aion's runs in the same
+  thread print none and are taken as the same era), which picks the algorithms in the fit.
 - GEMM: H100 only (calibration/data/gemm/h100sxm_samples.csv); the A100 profiles keep the
   default GEMM coefficients (two A100 measurements published, too few to fit).
 """
@@ -61,13 +65,17 @@ def load_inputs(names: list[str]) -> list[NcclLog]:
     return logs
 
 
+NCCL_VERSIONS = {"a100-roce": "2.29"}  # when the logs print several releases
+
+
 def build(name: str) -> CalibrationProfile:
     description, logs, with_gemm, cluster = PROFILES[name]
     command = "python -m calibration.shipped  # = autopar calibrate nccl " + " ".join(_relative(NCCL / n) for n in logs) + f" --out calibration/fitted/{name}.yaml"
     if with_gemm:
         command += f"; autopar calibrate gemm {_relative(GEMM_CSV)} --out calibration/fitted/{name}.yaml"
-    command = command.replace("--out", f"--cluster {cluster} --out", 1)
-    profile = nccl_profile(name, load_inputs(logs), command=command, cluster=load_cluster(cluster))
+    version = NCCL_VERSIONS.get(name)
+    command = command.replace("--out", f"--cluster {cluster}" + (f" --nccl-version {version}" if version else "") + " --out", 1)
+    profile = nccl_profile(name, load_inputs(logs), command=command, cluster=load_cluster(cluster), nccl_version=version)
     update = {"description": description,
               "sources": {"nccl": "calibration/data/nccl/SOURCES.md", "choices": "calibration/shipped.py (docstring)"}}
     if with_gemm:

@@ -1,4 +1,4 @@
-"""OR-Tools CP-SAT over integer-scaled tables of the cost terms (DESIGN.md 'Search').
+"""OR-Tools CP-SAT over integer-scaled tables of the cost terms (docs/design.md 'Search').
 
 Data: the space is split into *cores* (every dimension but vpp and schedule) and *outer*
 options (vpp, schedule). The batch cost model costs each core once (vpp = 1, 1F1B); the step

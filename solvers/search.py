@@ -12,7 +12,8 @@ import numpy as np
 from autopar import __version__
 from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
-from autopar.cost.rules import RULES
+from autopar.cost.rules import RULES, legal_mask
+from autopar.cost.table import PlanTable
 from autopar.errors import AutoparError, InputError
 from autopar.space import SpaceOptions, candidate_space, enumerate_space
 from autopar.specs.costparams import CostParams, load_cost_params
@@ -23,6 +24,7 @@ from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
 from solvers import cpsat, exhaustive
 from solvers.base import Objective, Ranking
+from solvers.stage_search import PerStageOptions, per_stage_plans
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
 
@@ -41,6 +43,11 @@ class SearchRequest:
     solver: str = "auto"
     options: SpaceOptions = field(default_factory=SpaceOptions)
     params: CostParams | None = None
+    per_stage: PerStageOptions | None = None  # None: no per-stage solves (solvers.stage_search)
+    # a candidate table enumerated once for this GPU count (autopar.space.candidate_space) that
+    # holds every candidate of this request; run_search keeps its legal rows instead of
+    # enumerating again (autopar plan searches several batches per GPU count)
+    candidates: PlanTable | None = None
 
 
 @dataclass
@@ -52,6 +59,9 @@ class SearchOutput:
 
 
 def _batch(req: SearchRequest, cluster: ClusterSpec | None = None) -> Batch:
+    if req.candidates is not None and cluster is None:
+        space = req.candidates.take(np.flatnonzero(legal_mask(req.model, req.cluster, req.training, req.candidates)))
+        return Batch(req.model, req.cluster, req.training, req.params or load_cost_params(), space)
     cluster = cluster or req.cluster
     space = enumerate_space(req.model, cluster, req.training, req.options)
     return Batch(req.model, cluster, req.training, req.params or load_cost_params(), space)
@@ -79,9 +89,12 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
     top_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, top)
     result = evaluate(top_batch)
     plans = [RankedPlan(plan=top.plan(i), estimate=to_estimate(top_batch, result, i)) for i in range(len(top))]
+    per_stage = None
+    if req.per_stage is not None:
+        plans, per_stage = per_stage_plans(batch, ranking, plans, req.top_k, req.per_stage)
     seconds = time.perf_counter() - start
     info = SearchInfo(solver=ranking.solver, seconds=seconds, num_feasible=ranking.num_feasible,
-                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal)
+                      num_evaluated=ranking.num_evaluated, proved_optimal=ranking.proved_optimal, per_stage=per_stage)
     results = Results(autopar_version=__version__, inputs=Inputs(model=req.model, cluster=req.cluster, training=req.training),
                       plans=plans, search=info)
     return SearchOutput(results, ranking, batch, seconds)

@@ -35,7 +35,7 @@ def main() -> None:
 def _register() -> None:
     from autopar.cli import estimate, validate  # noqa: F401  (commands attach themselves)
 
-    for name in ("emit", "calibrate", "search", "comm", "sweep", "tune"):
+    for name in ("emit", "calibrate", "search", "comm", "sweep", "tune", "plan"):
         try:
             __import__(f"autopar.cli.{name}")
         except ModuleNotFoundError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -90,8 +91,10 @@ def _nccl_table(profile) -> str:
 @click.option("--op", type=click.Choice(OPS), default=None, help="Collective, when the logs lack the program name")
 @click.option("--gpu", default=None, help="GPU preset of the runs (for NVLS detection), when the logs lack device lines")
 @click.option("--cluster", "cluster_name", default=None, help="Cluster preset or YAML the logs ran on (default: the preset of their GPU)")
+@click.option("--nccl-version", default=None, help="NCCL release the runs used (e.g. 2.26), when the logs do not print it; "
+              "its tuning model picks the algorithms")
 @click.option("--name", default=None, help="Profile name (default: the output file's stem)")
-def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, name):
+def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
     """Fit the collective model's physical parameters (link bandwidths, latencies, NVLS / tree /
     SHARP gains, saturation) to nccl-tests logs and name what they could not tell. LOGS:
     console output files, or `kind: nccl-points` YAML tables; LOG@ALGO[/PROTO] marks a run
@@ -99,7 +102,9 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, name):
     parsed, forced = _read_all(logs, ranks, nodes, op)
     base = existing_profile(out)
     cluster = load_cluster(cluster_name) if cluster_name else None
-    profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base, forced, cluster)
+    if nccl_version is not None and not re.match(r"^\d+\.\d+", nccl_version):
+        raise InputError("nccl-version", nccl_version, "a release such as 2.26 or 2.28.3")
+    profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base, forced, cluster, nccl_version)
     write_atomic(out, dump_profile(profile))
     click.echo(_nccl_table(profile))
     click.echo(f"wrote {out}")

@@ -16,6 +16,7 @@ from autopar.space import FIXABLE, SpaceOptions
 from autopar.specs import parse_plan
 from autopar.specs.costparams import params_for_cluster
 from solvers import Objective, SearchRequest, run_search
+from solvers.stage_search import DEFAULT_CORES, DEFAULT_SECONDS, PerStageOptions
 
 
 def parse_fix(text: str | None) -> dict[str, object]:
@@ -66,11 +67,14 @@ def _table(output, references) -> str:
             lines.append(f"{'':>4} {'':>9} (+{same} equal-cost variant(s) of this plan, e.g. rank order; all in --json)")
         previous, same = key, 0
         lines.append(f"{i:>4} {e.step_seconds:9.3f} {e.tokens_per_second:12,.0f} {100 * e.mfu:5.1f}% {e.memory_bytes_per_gpu / 1e9:7.1f} {e.bottleneck.value:<13} {e.plan}")
+        if len(e.stages) > 1:
+            lines.append(f"{'':>4} {'':>9} {_stages_line(e)}")
     if same:
         lines.append(f"{'':>4} {'':>9} (+{same} equal-cost variant(s) of this plan, e.g. rank order; all in --json)")
     s = res.search
     lines.append("")
     lines.append(f"{s.solver}: {s.num_evaluated:,} plans, {s.num_feasible:,} fit; {'proved optimal' if s.proved_optimal else 'best found'} in {s.seconds:.2f} s")
+    lines.append(_per_stage_line(s.per_stage))
     for ref in references:
         lines.append(ref)
     if res.plans:
@@ -96,23 +100,39 @@ def _reference_line(text, model, cluster, training, output) -> str:
     return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; {fit}"
 
 
-def _refine(output, model, cluster, training, params, num_trials, seed) -> str:
-    """Refine the top plans; a better plan goes to rank 1 of the results. Returns the summary line."""
-    from autopar.specs.results import RankedPlan
-    from solvers.refine import refine
+def _run_length(values: list[int]) -> str:
+    """7/8x14/7: equal neighbours folded."""
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        out.append(f"{values[i]}x{j - i + 1}" if j > i else str(values[i]))
+        i = j + 1
+    return "/".join(out)
 
-    res = output.results
-    starts = [rp.plan for rp in res.plans]
-    r = refine(model, cluster, training, starts, max(num_trials, len(starts)), params, seed)
-    head = f"refine: {r.num_trials} Optuna trials (seed {seed}), {r.num_feasible} fit"
-    if not r.improved:
-        return f"{head}; no plan beats the {res.search.solver} best ({r.start.step_seconds:.3f} s)"
-    res.plans = [RankedPlan(plan=r.best_plan, estimate=r.best)] + res.plans[: max(0, len(res.plans) - 1)]
-    res.search.solver = f"{res.search.solver}+refine"
-    res.search.proved_optimal = False  # rank 1 is now the refined plan, outside the table the solver proved
-    return (f"{head}; step {r.start.step_seconds:.3f} s -> {r.best.step_seconds:.3f} s ({-100 * r.gain:+.1f}%, "
-            f"tokens/s {r.start.tokens_per_second:,.0f} -> {r.best.tokens_per_second:,.0f}), stages {r.start.stage_layers} -> {r.best.stage_layers}\n"
-            f"  was {r.start.plan}\n  now {r.best.plan}")
+
+def _stages_line(e) -> str:
+    """Per-stage layers and recomputed layers of a pipelined plan (first stage first)."""
+    rec = [s.recompute_layers for s in e.stages]
+    text = f"stages: layers {_run_length([s.layers for s in e.stages])}"
+    return text + (f", recompute {_run_length(rec)}" if any(rec) else "")
+
+
+def _per_stage_line(info) -> str:
+    """What the per-stage solves did, and the largest gain over a core's balanced plan."""
+    if info is None:
+        return "per-stage: off"
+    found = [s for s in info.solves if s.step_seconds is not None]
+    proved = sum(s.status == "OPTIMAL" for s in found)
+    compared = [s for s in found if s.balanced_fits]
+    head = (f"per-stage: {len(info.solves)} cores in {info.seconds:.2f} s ({proved} proved optimal, "
+            f"{len(info.solves) - len(found)} without a plan that fits, {info.cores_skipped} skipped by the time budget)")
+    if not compared:
+        return head
+    top = min(compared, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))
+    return head + (f"; largest gain {100 * (top.step_seconds / top.balanced_step_seconds - 1):+.1f}% "
+                   f"({top.balanced_step_seconds:.3f} s balanced -> {top.step_seconds:.3f} s per-stage: {top.plan})")
 
 
 @main.command()
@@ -132,12 +152,13 @@ def _refine(output, model, cluster, training, params, num_trials, seed) -> str:
 @click.option("--emit", "emit_format", type=click.Choice(["megatron", "deepspeed", "torchtitan", "megatron-bridge"]), default=None,
               help="Write the launcher of the best plan")
 @click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes")
-@click.option("--refine", "refine_trials", type=int, default=None,
-              help="Then tune stage layouts, recompute layers and micro-batch of the top plans with N Optuna trials (full cost model)")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --refine sampler")
+@click.option("--per-stage/--no-per-stage", default=True, show_default=True,
+              help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
+@click.option("--per-stage-cores", type=int, default=DEFAULT_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
+@click.option("--per-stage-seconds", type=float, default=DEFAULT_SECONDS, show_default=True, help="Time budget of the per-stage solves, seconds")
 def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, objective, top_k, solver,
            fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, as_json, out, emit_format, emit_dir,
-           refine_trials, seed):
+           per_stage, per_stage_cores, per_stage_seconds):
     """Search the plan space and rank the fastest (or cheapest) plans that fit."""
     model, cluster = resolve_inputs(model_name, cluster_name, gpus)
     params = params_for_cluster(cluster)
@@ -147,7 +168,11 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
-    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params)
+    if per_stage_cores <= 0 or per_stage_seconds <= 0:
+        bad = ("per-stage-cores", per_stage_cores) if per_stage_cores <= 0 else ("per-stage-seconds", per_stage_seconds)
+        raise InputError(*bad, "must be positive")
+    stages = PerStageOptions(per_stage_cores, per_stage_seconds, "recompute" in options.fixed) if per_stage else None
+    request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params, per_stage=stages)
     started = time.perf_counter()
     shown = [False]
 
@@ -156,14 +181,10 @@ def search(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_t
             shown[0] = True
             click.echo(f"\rsearching: {done:,} / {total:,} plans ({100 * done / total:.0f}%)", nl=False, err=True)
 
-    if refine_trials is not None and refine_trials <= 0:
-        raise InputError("refine", refine_trials, "must be a positive number of trials")
     output = run_search(request, progress)
     if shown[0]:
         click.echo("", err=True)
     lines = [_reference_line(r, model, cluster, training, output) for r in references]
-    if refine_trials is not None:
-        lines.append(_refine(output, model, cluster, training, params, refine_trials, seed))
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)

@@ -15,12 +15,12 @@ on-node share over NVLink; P2P: bytes / W.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
 
-from autopar.cost import nccl
+from autopar.cost import nccl, nccl_pipeline
 from autopar.specs.costparams import CommCalibration, CostParams
 from autopar.specs.hardware import GB, US, ClusterSpec, LinkKind
 
@@ -93,6 +93,15 @@ def _calibrated(params: CostParams, name: str, default):
     return default if value is None else value
 
 
+NVLS_MODEL_CHANGE = (2, 28)  # NCCL 2.28.3 changed how its tuning model rates NVLS-tree
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """'2.26.2+cuda12.8' -> (2, 26)."""
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
 def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabric:
     """The physical parameters of one communicator: the cluster's links, the default
     efficiencies, and what a calibration profile fitted in their place."""
@@ -113,7 +122,11 @@ def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabri
         extra_net_latency_us=(tiers[-1].latency_us - tiers[0].latency_us) if tiers else 0.0,
         intra_latency_scale=_calibrated(params, "intra_latency_scale", 1.0),
         net_latency_scale=_calibrated(params, "net_latency_scale", 1.0),
-        tree_efficiency=_calibrated(params, "tree_efficiency", c.tree_efficiency),
+        intra_simple_latency_scale=_calibrated(params, "intra_simple_latency_scale", 1.0),
+        net_simple_latency_scale=_calibrated(params, "net_simple_latency_scale", 1.0),
+        nccl_before_2_28=version_tuple(_calibrated(params, "nccl_version", c.nccl.version)) < NVLS_MODEL_CHANGE,
+        channels=c.nccl.channels,
+        nvls_channels=c.nccl.nvls_channels.get(cluster.gpu.architecture, min(c.nccl.nvls_channels.values())),
         ring_half_bytes=_calibrated(params, "ring_half_bandwidth_bytes", c.half_bandwidth_bytes),
         ring_exponent=_calibrated(params, "ring_saturation_exponent", c.saturation_exponent),
         switch_half_bytes=_calibrated(params, "switch_half_bandwidth_bytes", c.switch_half_bandwidth_bytes),
@@ -131,7 +144,16 @@ def collective_choice(op: Collective, message_bytes: float, group: Group, cluste
     if op in (Collective.all_to_all, Collective.send_recv):
         t = _p2p_seconds(op, message_bytes, group, cluster, params)
         return nccl.Choice("p2p", "simple", t, t)
-    return nccl.choose(op.value, message_bytes, fabric(cluster, group, params), params.comm.nccl, algorithm, protocol)
+    f = fabric(cluster, group, params)
+    return nccl_pipeline.choose(op.value, message_bytes, f, params.comm.nccl, algorithm, protocol, nccl_view(cluster, group, params, f))
+
+
+def nccl_view(cluster: ClusterSpec, group: Group, params: CostParams, f: nccl.Fabric) -> nccl.Fabric:
+    """The links as NCCL's tuning sees them: the rates its topology search assigns (NVLink at the
+    default efficiency, each NIC at its search speed), not what a calibration measured."""
+    comm = params.comm.model_copy(update={"network_efficiency": params.comm.nccl.graph_nic_fraction})
+    nominal = params.model_copy(update={"collectives": None, "comm": comm})
+    return replace(fabric(cluster, group, nominal), nccl_before_2_28=f.nccl_before_2_28)
 
 
 def collective_seconds(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams) -> float:

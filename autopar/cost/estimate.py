@@ -9,7 +9,7 @@ from autopar.cost.step import StepResult, evaluate
 from autopar.cost.table import PlanTable
 from autopar.errors import InputError
 from autopar.specs.costparams import CostParams, load_cost_params
-from autopar.specs.estimate import Bottleneck, Estimate
+from autopar.specs.estimate import Bottleneck, Estimate, StageEstimate
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
@@ -52,9 +52,12 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
     price = cluster.price_usd_per_gpu_hour
     pipeline = float(result.pipeline_seconds[i])
     reasons = infeasibility(float(result.memory_bytes[i]), int(result.worst_stage[i]), cluster, plan)
+    stages = [StageEstimate(layers=n, recompute_layers=int(round(result.stage_recomputed_layers[i, s])),
+                            memory_bytes=float(result.stage_memory_bytes[i, s]), seconds=float(result.stage_seconds[i, s]))
+              for s, n in enumerate(result.stage_layers[i])]
     return Estimate(
         plan=plan.text(), feasible=not reasons, reasons=reasons, num_gpus=cluster.num_gpus, dp=int(batch.tab.dp[i]),
-        num_microbatches=int(batch.microbatches[i]), stage_layers=list(result.stage_layers[i]), step_seconds=step,
+        num_microbatches=int(batch.microbatches[i]), stage_layers=list(result.stage_layers[i]), stages=stages, step_seconds=step,
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / cluster.num_gpus,
         model_flops_per_step=model_flops, hardware_flops_per_step=float(result.hardware_flops[i]),
         model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,

@@ -1,4 +1,4 @@
-"""Parameter counts and FLOPs of a decoder layer (DESIGN.md "Cost model: FLOPs").
+"""Parameter counts and FLOPs of a decoder layer (docs/design.md "Cost model: FLOPs").
 
 Legend: h hidden, a heads, g KV heads, d head dim, F FFN width, V vocab, E experts, k top-k,
 s sequence length, T tokens in one GEMM (micro-batch tokens on this GPU).

@@ -1,4 +1,4 @@
-"""Per-layer, per-micro-batch times of one GPU (DESIGN.md 'Compute time', 'Per-strategy
+"""Per-layer, per-micro-batch times of one GPU (docs/design.md 'Compute time', 'Per-strategy
 traffic'), one value per plan of a Batch. A layer is either dense or MoE; every layer of a
 kind costs the same."""
 

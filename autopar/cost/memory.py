@@ -1,4 +1,4 @@
-"""Memory per GPU (DESIGN.md 'Memory'; seed 000 'ZeRO: экономия памяти'; Korthikanti et al.
+"""Memory per GPU (docs/design.md 'Memory'; seed 000 'ZeRO: экономия памяти'; Korthikanti et al.
 2022 'Reducing Activation Recomputation', section 4). Functions take a Batch and return one
 value per plan.
 

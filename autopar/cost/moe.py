@@ -1,4 +1,4 @@
-"""Mixture-of-experts terms (seed 000 'Параллелизм экспертов'; DESIGN.md 'Cost model').
+"""Mixture-of-experts terms (seed 000 'Параллелизм экспертов'; docs/design.md 'Cost model').
 
 The busiest expert-parallel rank sets the pace of every MoE layer: its grouped GEMMs, its
 routed activations and its share of the dispatch all scale with the tokens it receives.

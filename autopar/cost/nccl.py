@@ -16,18 +16,20 @@ and runs the smallest. algbw comes from the links' bus bandwidth:
 Protocols: LL (half the line is flags, capped), LL128 (120 of 128 bytes; NVLink nodes only),
 Simple. Latencies: base + steps x per-step hardware latency of the link each step crosses.
 
-What NCCL's model leaves out and measured curves show: below a few hundred MB a Simple
-transfer does not reach its bandwidth (the pipeline of large chunks fills; LL and LL128 move
-small flagged lines and do not have it). The predicted time of Simple is
-    t = latency + S / algbw x (1 + (h / S)^e)
-with h, e per family (ring-like: many pipeline steps; in-switch: few) fitted by
-calibration/nccl_physfit.py; the choice is
-NCCL's own estimate (without that term), as NCCL makes it.
+NCCL picks by this estimate as NCCL computes it: its own latency constants (not our fitted
+scales), the links as its topology search rates them (autopar/cost/comm.py nccl_view: NICs at
+their search speed, not a calibration's efficiencies), and its per-channel ceilings over the
+channels of its tuning graph (perChMax*Bws; a tree's LL128 rate across > 2 Hopper nodes is
+8 x 29 GB/s, below the NICs). Releases differ: before 2.28 NVLS-tree was rated min(NVLink, NICs
+on <= 2 nodes, NICs / 2 beyond) x 5/6 with 14 us network steps (v2.27.7), which moves the
+NVLS-tree / tree switch by several sizes; a profile's nccl_version picks the model. What the
+chosen run then takes is autopar/cost/nccl_pipeline.py's: tree and NVLS-tree as the chunk
+pipelines NCCL runs, the others as latency + transfer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autopar.specs.costparams import NcclParams
 
@@ -51,9 +53,13 @@ class Fabric:
     nvlink: bool                # NVLink inside the node (else PCIe): LL128 on, NVLink latencies
     architecture: str
     extra_net_latency_us: float  # switch tiers beyond the leaf
-    intra_latency_scale: float
-    net_latency_scale: float
-    tree_efficiency: float
+    intra_latency_scale: float  # x NCCL's NVLink/PCIe step latencies of LL and LL128
+    net_latency_scale: float    # x its network step latencies of LL and LL128
+    intra_simple_latency_scale: float  # ... of Simple (large chunks: copies, flushes)
+    net_simple_latency_scale: float
+    nccl_before_2_28: bool      # NCCL <= 2.27 chose NVLS-tree by its older model
+    channels: int               # ring/tree channels (NCCL's comm->nChannels)
+    nvls_channels: int          # NVLS / NVLS-tree channels
     ring_half_bytes: float       # Simple saturation of ring, tree, PAT
     ring_exponent: float
     switch_half_bytes: float     # ... of NVLS, NVLS-tree, CollNet
@@ -70,7 +76,7 @@ class Choice:
     nccl_estimate_seconds: float
 
 
-def _log2i(x: int) -> int:
+def log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
@@ -90,7 +96,7 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     if algo == "tree":
         if op != ALL_REDUCE:
             return 0.0
-        return f.tree_efficiency * (f.intra_busbw if f.nodes <= 2 else ring)
+        return f.intra_busbw if f.nodes <= 2 else ring
     if algo == "nvls":
         if multi or f.nvls_busbw <= 0:
             return 0.0
@@ -98,6 +104,8 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     if algo == "nvls_tree":
         if not multi or op != ALL_REDUCE or f.nvls_busbw <= 0:
             return 0.0
+        if f.nccl_before_2_28:  # NVLink x NICs, NICs / 2 beyond 2 nodes (v2.27.7 tuning.cc)
+            return min(f.intra_busbw, f.net_busbw * (1 if f.nodes <= 2 else 0.5))
         return min(f.nvls_busbw, f.net_busbw * (2 if f.nodes <= 2 else 1))
     if algo in ("collnet_direct", "collnet_chain"):
         if not multi or op != ALL_REDUCE or f.collnet_speedup <= 0:
@@ -109,21 +117,35 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     raise ValueError(f"unknown algorithm {algo!r}")
 
 
-def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> float:
-    """NCCL's algorithm bandwidth (bytes/s) of a x p; 0 when NCCL would not run it."""
+def _channel_cap(kind: str, f: Fabric, prm: NcclParams, caps: bool) -> float:
+    """NCCL's per-channel bandwidth ceiling x the channels of its tuning graph (inf: no cap)."""
+    table = prm.per_channel_max_busbw_gb_per_s.get(kind, {}).get(f.architecture)
+    if not caps or table is None:
+        return float("inf")
+    return prm.graph_channels * table[min(f.nodes, 3) - 1] * 1e9
+
+
+def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams, caps: bool = False) -> float:
+    """NCCL's algorithm bandwidth (bytes/s) of a x p; 0 when NCCL would not run it. caps: with
+    NCCL's per-channel ceilings (its estimate); without, the links' rates (a prediction)."""
     bus = _simple_busbw(op, algo, f)
     if bus <= 0 or (algo not in ("ring", "tree") and proto != _SIMPLE):
         return 0.0
+    if algo == "tree":
+        bus = min(bus * prm.tree_allreduce_factor, _channel_cap("tree", f, prm, caps))
+    if algo == "nvls_tree" and not f.nccl_before_2_28:
+        bus = min(bus, _channel_cap("nvls_tree", f, prm, caps))
     if proto == 1 and not f.nvlink:  # LL128 is enabled on NVLink nodes only
         return 0.0
     if algo == "ring" and proto == 0:
         bus = min(_ll_max(f, prm), bus * prm.ring_ll_factor)
     elif algo == "ring" and proto == 1:
-        bus *= prm.ring_ll128_factor
+        bus = min(bus * prm.ring_ll128_factor, _channel_cap("ring_ll128", f, prm, caps))
     elif algo == "tree" and proto == 0:
         bus = min(bus * prm.tree_ll_factor, _ll_max(f, prm))
     elif algo == "tree" and proto == 1:
-        bus *= prm.tree_ll128_factor_one_node if f.nodes == 1 else prm.tree_ll128_factor_multi_node
+        factor = prm.tree_ll128_factor_one_node if f.nodes == 1 else prm.tree_ll128_factor_multi_node
+        bus = min(bus * factor, _channel_cap("tree_ll128", f, prm, caps))
     elif algo == "pat":
         bus *= prm.pat_factor
     elif algo == "collnet_direct" and f.architecture in ("hopper", "blackwell"):
@@ -131,19 +153,30 @@ def algorithm_bandwidth(op: str, algo: str, proto: int, f: Fabric, prm: NcclPara
     if op != ALL_REDUCE:
         # AllGather/ReduceScatter: ring converts with n / (n - 1); the others run at busBw
         return bus * f.ranks / (f.ranks - 1) if algo == "ring" else bus
+    if algo == "nvls_tree" and f.nccl_before_2_28:
+        return bus * prm.v2_27_nvls_tree_algbw_ratio
     if algo in ("ring", "nvls", "nvls_tree"):
         return bus * f.ranks / (2 * (f.ranks - 1))
     return bus / 2
 
 
+def step_latencies_us(algo: str, proto: int, f: Fabric, prm: NcclParams) -> tuple[float, float]:
+    """(NVLink/PCIe, network) latency of one step of a x p: NCCL's constants x the fitted scales."""
+    link = "nvlink" if f.nvlink else "pcie"
+    simple = proto == _SIMPLE
+    intra = prm.hw_latency_us[link][algo][proto] * (f.intra_simple_latency_scale if simple else f.intra_latency_scale)
+    # one rank per node: every step is exposed, NCCL uses the tree's network latency
+    net = prm.hw_latency_us["net"]["tree" if f.per_node == 1 else algo][proto]
+    if algo == "nvls_tree" and f.nccl_before_2_28 and f.per_node > 1:
+        net = prm.v2_27_nvls_tree_net_latency_us
+    net = net * (f.net_simple_latency_scale if simple else f.net_latency_scale)
+    return intra, net + f.extra_net_latency_us * (2 if simple else 1)  # + flush on Simple
+
+
 def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> float:
     """NCCL's latency of a x p: base + per-step latencies of the links crossed."""
-    link = "nvlink" if f.nvlink else "pcie"
     base = prm.base_latency_us[algo][proto]
-    intra = prm.hw_latency_us[link][algo][proto] * f.intra_latency_scale
-    # one rank per node: every step is exposed, NCCL uses the tree's network latency
-    net = prm.hw_latency_us["net"]["tree" if f.per_node == 1 else algo][proto] * f.net_latency_scale
-    net += f.extra_net_latency_us * (2 if proto == _SIMPLE else 1)  # + flush on Simple
+    intra, net = step_latencies_us(algo, proto, f, prm)
     ppn, multi = f.per_node, f.nodes > 1
     steps = 2 * (f.ranks - 1) if op == ALL_REDUCE else f.ranks - 1
     if algo == "ring":
@@ -151,7 +184,7 @@ def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> fl
         inter = 0 if not multi else (2 * (f.nodes - 1) if op == ALL_REDUCE else f.nodes - 1)
         return base + (steps - inter) * max(intra, overhead) + inter * net
     if algo == "tree":
-        return base + 2 * ((ppn - 1) * intra + _log2i(f.nodes) * net)
+        return base + 2 * ((ppn - 1) * intra + log2i(f.nodes) * net)
     if algo == "collnet_direct":
         return base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * prm.collnet_arity_us) + net
     if algo == "collnet_chain":
@@ -159,46 +192,33 @@ def latency_us(op: str, algo: str, proto: int, f: Fabric, prm: NcclParams) -> fl
     if algo == "nvls":
         return intra + (net if multi else 0.0)
     if algo == "nvls_tree":
-        return base + intra + 2 * _log2i(f.nodes) * net
-    return base + _log2i(f.nodes) * net / prm.pat_log_latency_divisor + f.ranks * prm.pat_linear_us_per_rank
+        return base + intra + 2 * log2i(f.nodes) * net
+    return base + log2i(f.nodes) * net / prm.pat_log_latency_divisor + f.ranks * prm.pat_linear_us_per_rank
 
 
 def _tree_correction(op: str, algo: str, proto: int, size_bytes: float, prm: NcclParams) -> float:
     if algo != "tree" or op != ALL_REDUCE:
         return 1.0
-    index = _log2i(int(size_bytes) >> 6) if size_bytes >= 64 else -1
+    index = log2i(int(size_bytes) >> 6) if size_bytes >= 64 else -1
     table = prm.tree_correction[PROTOCOLS[proto]]
     return table[index] if 0 <= index < 23 else 1.0
 
 
-def _estimates(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams):
-    """(NCCL's estimate, our prediction) in seconds, or None when a x p does not run."""
-    bw = algorithm_bandwidth(op, algo, proto, f, prm)
+def ring_plateau(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float:
+    """ncclTopoGetAlgoTime: multi-node ring Simple AllReduce latency x 1.4 once each rank's
+    share of a channel is >= 64 B ("plateau effect of ring")."""
+    plateau = (algo == "ring" and proto == _SIMPLE and f.nodes > 1 and op == ALL_REDUCE
+               and size_bytes / (f.channels * f.ranks) >= 64)
+    return prm.ring_plateau_factor if plateau else 1.0
+
+
+def estimate_seconds(op: str, algo: str, proto: int, size_bytes: float, f: Fabric, prm: NcclParams) -> float | None:
+    """NCCL's own time estimate (ncclTopoGetAlgoTime) with NCCL's latency constants -- what it
+    chooses by -- and the links' bandwidths; None when a x p does not run."""
+    bw = algorithm_bandwidth(op, algo, proto, f, prm, caps=True) * _tree_correction(op, algo, proto, size_bytes, prm)
     if bw <= 0:
         return None
-    bw *= _tree_correction(op, algo, proto, size_bytes, prm)
-    lat = latency_us(op, algo, proto, f, prm)
-    plateau = (algo == "ring" and proto == _SIMPLE and f.nodes > 1 and op == ALL_REDUCE
-               and size_bytes / (prm.channels * f.ranks) >= 64)
-    lat = lat * (prm.ring_plateau_factor if plateau else 1.0) * 1e-6
-    transfer = size_bytes / bw
-    switch = algo.startswith(("nvls", "collnet"))
-    half, exponent = (f.switch_half_bytes, f.switch_exponent) if switch else (f.ring_half_bytes, f.ring_exponent)
-    fill = (half / size_bytes) ** exponent if proto == _SIMPLE else 0.0
-    return lat + transfer, lat + transfer * (1.0 + fill)
-
-
-def choose(op: str, size_bytes: float, f: Fabric, prm: NcclParams, algorithm: str | None = None,
-           protocol: str | None = None) -> Choice:
-    """NCCL's pick (smallest own estimate) among the enabled algorithms and protocols, or the
-    forced ones (NCCL_ALGO / NCCL_PROTO); ValueError when none of them can run."""
-    best = None
-    for algo in ALGORITHMS if algorithm is None else (algorithm,):
-        for proto in range(3) if protocol is None else (PROTOCOLS.index(protocol),):
-            times = _estimates(op, algo, proto, size_bytes, f, prm)
-            if times is not None and (best is None or times[0] < best.nccl_estimate_seconds):
-                best = Choice(algo, PROTOCOLS[proto], times[1], times[0])
-    if best is None:
-        forced = "/".join(x for x in (algorithm, protocol) if x)
-        raise ValueError(f"{forced or 'no algorithm'} cannot run {op} on {f.ranks} ranks, {f.nodes} node(s)")
-    return best
+    nccl_latencies = replace(f, intra_latency_scale=1.0, net_latency_scale=1.0, intra_simple_latency_scale=1.0,
+                             net_simple_latency_scale=1.0)
+    lat = latency_us(op, algo, proto, nccl_latencies, prm) * ring_plateau(op, algo, proto, size_bytes, f, prm)
+    return lat * 1e-6 + size_bytes / bw

@@ -36,20 +36,64 @@ def cluster_mtbf_seconds(mtbf_seconds_per_gpu: float, num_gpus: int) -> float:
     return mtbf_seconds_per_gpu / num_gpus
 
 
+def optimal_checkpoint_interval_seconds(checkpoint_write_seconds: float, mtbf_seconds: float) -> float:
+    """Young's first-order optimum tau = sqrt(2 T_write MTBF_system) (Young 1974; seed 000
+    'Ловушка: использовать фиксированные интервалы контрольных точек ...')."""
+    return math.sqrt(2 * checkpoint_write_seconds * mtbf_seconds)
+
+
+def checkpoint_tax(interval_seconds: float, checkpoint_write_seconds: float, mtbf_seconds: float) -> float:
+    """Share of wall time spent writing checkpoints plus redoing the half interval lost, on
+    average, at each failure: T_write / tau + tau / (2 MTBF_system) (first order in tau / MTBF)."""
+    return checkpoint_write_seconds / interval_seconds + interval_seconds / (2 * mtbf_seconds)
+
+
 def young_daly_interval_seconds(checkpoint_write_seconds: float, mtbf_seconds_per_gpu: float, num_gpus: int) -> float:
     """Optimal checkpoint interval sqrt(2 T_write MTBF_cluster) (seed 000 'Ловушка:
     использовать фиксированные интервалы ...': 1024 GPUs, 50,000 h, 5 min -> 171.2 min)."""
-    return math.sqrt(2 * checkpoint_write_seconds * cluster_mtbf_seconds(mtbf_seconds_per_gpu, num_gpus))
+    return optimal_checkpoint_interval_seconds(checkpoint_write_seconds, cluster_mtbf_seconds(mtbf_seconds_per_gpu, num_gpus))
 
 
 def checkpoint_overhead_fraction(interval_seconds: float, checkpoint_write_seconds: float, mtbf_seconds_per_gpu: float, num_gpus: int) -> float:
     """Time lost to writing checkpoints plus expected rework after a failure:
     T_write / tau + tau / (2 MTBF) (reproduces the seed's 5.8% and 33.6%)."""
-    mtbf = cluster_mtbf_seconds(mtbf_seconds_per_gpu, num_gpus)
-    return checkpoint_write_seconds / interval_seconds + interval_seconds / (2 * mtbf)
+    return checkpoint_tax(interval_seconds, checkpoint_write_seconds, cluster_mtbf_seconds(mtbf_seconds_per_gpu, num_gpus))
 
 
 def model_state_bytes(num_params: float, bytes_per_param: float) -> float:
     """Weights (+ gradients + optimizer) of one model: 70B x 16 B = 1,120 GB (seed 000
     'Сценарий: бюджет инфраструктуры RLHF')."""
     return num_params * bytes_per_param
+
+
+def dp_compute_bound_batch_tokens(peak_flops_per_second: float, bandwidth_bytes_per_second: float, num_gpus: int) -> float:
+    """Smallest global batch (tokens) at which data parallelism over num_gpus stays compute-bound:
+    N x C / W (seed 001 'Параллелизм данных': LLaMA-3 on 16K H100 'would have needed at least
+    40M tokens', 16,384 x 990e12 / 400e9 = 40.6M). Dense models; a MoE's expert weights raise it
+    by E / k (same section)."""
+    return num_gpus * dp_critical_tokens_per_gpu(peak_flops_per_second, bandwidth_bytes_per_second)
+
+
+# DeepSeek LLM (Bi et al. 2024, arXiv 2401.02954) sec. 3.1, the fitted hyperparameter scaling law
+# B_opt = 0.2920 C^0.3271 tokens, C = M D with M the non-embedding FLOPs per token; fitted on
+# small-scale runs, so frontier budgets (1e24-1e25 FLOPs) are an extrapolation.
+DEEPSEEK_BATCH_COEFFICIENT_TOKENS = 0.2920
+DEEPSEEK_BATCH_EXPONENT = 0.3271
+
+
+def deepseek_optimal_batch_tokens(compute_flops: float) -> float:
+    """Near-optimal global batch in tokens for a compute budget C = M D (DeepSeek LLM sec. 3.1)."""
+    if not compute_flops > 0:
+        raise ValueError(f"compute_flops={compute_flops!r} must be positive")
+    return DEEPSEEK_BATCH_COEFFICIENT_TOKENS * compute_flops ** DEEPSEEK_BATCH_EXPONENT
+
+
+def scaled_learning_rate(base_learning_rate: float, base_batch_tokens: float, batch_tokens: float, rule: str) -> float:
+    """eta = eta_0 k (linear rule, Goyal et al. 2017) or eta_0 sqrt(k) (square-root rule), with
+    k = B / B_0 (seed 000 'Правила масштабирования скорости обучения')."""
+    k = batch_tokens / base_batch_tokens
+    if rule == "linear":
+        return base_learning_rate * k
+    if rule == "sqrt":
+        return base_learning_rate * math.sqrt(k)
+    raise ValueError(f"rule={rule!r} must be linear or sqrt")

@@ -1,5 +1,5 @@
-"""Structural rules a plan must satisfy before it can be costed (DESIGN.md 'The plan space';
-shared/reference/launchers.md 1.4 for Megatron-LM's own checks). Each rule is written once,
+"""Structural rules a plan must satisfy before it can be costed (docs/design.md 'The plan space';
+docs/reference/launchers.md 1.4 for Megatron-LM's own checks). Each rule is written once,
 over PlanTable columns: the search filters whole spaces with it, and a single plan gets the
 rule's message naming the field, its value and the rule."""
 

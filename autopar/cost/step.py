@@ -1,4 +1,4 @@
-"""One training step for every plan of a Batch (DESIGN.md 'Step'; Narayanan et al. 2021
+"""One training step for every plan of a Batch (docs/design.md 'Step'; Narayanan et al. 2021
 section 3; seed 000 'Гибридный параллелизм').
 
 Step = pipeline(m x critical stage per-micro-batch time + fill/drain) + exposed DP
@@ -19,7 +19,7 @@ from autopar.cost.flops import activation_message_bytes, embedding_params, layer
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.cost.pipeline import pipeline_seconds
-from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups
+from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups, row_groups
 from autopar.specs.plan import GradSync
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
@@ -27,6 +27,7 @@ from autopar.specs.layout import PipelineLayout
 MICROBATCH_PARTS = ("compute_gemm", "compute_attention", "compute_elementwise", "recompute",
                     "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm")
 STEP_PARTS = MICROBATCH_PARTS + ("pipeline_bubble", "dp_comm", "optimizer_step", "step_overhead")
+STAGE_STEP_TERMS = ("dp_comm", "fsdp_step", "optimizer_step")  # step += max over stages of each
 MEMORY_PARTS = ("weights", "gradients", "optimizer_states", "activations", "working_buffers", "fragmentation", "framework_reserve")
 FULL = 2  # index of Recompute.full
 
@@ -53,6 +54,13 @@ class StepResult:
     memory_fixed_stage: np.ndarray | None = None
     memory_per_microbatch_stage: np.ndarray | None = None
     pp_hop_seconds: np.ndarray | None = None  # one activation send between pipeline stages, per plan
+    # per plan x stage (padded with 0 like memory_fixed_stage): per-micro-batch seconds, peak
+    # memory bytes, fully recomputed layers, and each once-per-step term the step adds the
+    # maximum over stages of (STAGE_STEP_TERMS; solvers.stages, Estimate.stages)
+    stage_seconds: np.ndarray | None = None
+    stage_memory_bytes: np.ndarray | None = None
+    stage_recomputed_layers: np.ndarray | None = None
+    stage_step_terms: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -76,17 +84,36 @@ def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -
     return counts
 
 
+# The plan columns a layer's per-micro-batch costs depend on (autopar.cost.layer): its GEMM
+# shapes, attention, element-wise work, TP/CP/EP collectives and their groups' placement.
+LAYER_COLUMNS = ("tp", "cp", "ep", "etp", "mbs", "sp", "tp_overlap", "cp_algo", "dispatcher", "ep_overlap")
+
+
+def _layer_parts_by_config(batch: Batch, kinds: list[int]) -> list[dict[str, np.ndarray]]:
+    """layer_parts of every kind for every plan, costed once per distinct layer configuration
+    (a space of a million plans has a few hundred) and spread back to the plans."""
+    first, config_of = row_groups(*(getattr(batch.tab, c) for c in LAYER_COLUMNS))
+    reps = Batch(batch.model, batch.cluster, batch.training, batch.params, batch.tab.take(first))
+    out = []
+    for i in kinds:
+        parts = layer_parts(reps, i)
+        out.append({k: np.broadcast_to(np.asarray(v, dtype=float), (len(first),))[config_of] for k, v in parts.items()})
+    return out
+
+
 def evaluate(batch: Batch) -> StepResult:
     """Cost every plan of the batch (plans whose layout breaks a rule must be filtered first:
     autopar.cost.rules)."""
     t = batch.tab
     kinds = _layer_kinds(batch)
-    per_kind = [layer_parts(batch, i) for i in kinds]
+    per_kind = _layer_parts_by_config(batch, kinds)
     n = len(t)
     p_max = int(t.pp.max()) if n else 1
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
                      np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)), np.zeros(n))
+    out.stage_seconds, out.stage_memory_bytes, out.stage_recomputed_layers = (np.zeros((n, p_max)) for _ in range(3))
+    out.stage_step_terms = {k: np.zeros((n, p_max)) for k in STAGE_STEP_TERMS}
     for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
@@ -155,12 +182,14 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
     # stages with the same layers, embedding and output layers reduce the same gradients
-    _, same = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True)
-    time["dp_comm"] = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same]).max(axis=1) + fsdp_per_step.max(axis=1)
+    _, same, back = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True, return_inverse=True)
+    dp_stage = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same])[:, back.ravel()]
+    time["dp_comm"] = dp_stage.max(axis=1) + fsdp_per_step.max(axis=1)
     trained = 0.0 if tr.frozen_weights else 1.0
     shard_d = np.where(col(t.zero) >= 1, col(b.zero_shard), 1)
     shard_r = np.where(col(t.zero) >= 1, col(b.expert_dp), 1)
-    time["optimizer_step"] = trained * b.hbm_seconds((dense / shard_d + routed / shard_r) * prm.memory.optimizer_bytes_moved_per_param).max(axis=1)
+    opt_stage = trained * b.hbm_seconds((dense / shard_d + routed / shard_r) * prm.memory.optimizer_bytes_moved_per_param)
+    time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
     mem, fixed, per_mb = _memory(b, layout, kinds, counts, n_layers, k_rec, dense, routed)
@@ -183,6 +212,11 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max
     out.memory_fixed_stage[np.ix_(rows, np.arange(P))] = fixed
     out.memory_per_microbatch_stage[np.ix_(rows, np.arange(P))] = per_mb
+    per_stage = [(out.stage_seconds, stage_seconds), (out.stage_memory_bytes, totals), (out.stage_recomputed_layers, k_rec)]
+    for key, value in zip(STAGE_STEP_TERMS, (dp_stage, fsdp_per_step, opt_stage)):
+        per_stage.append((out.stage_step_terms[key], value))
+    for field_, value in per_stage:
+        field_[np.ix_(rows, np.arange(P))] = value
     out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * flops.sum(axis=1)
     ranks = layout.rank_decoders()
     for r in rows:
@@ -214,17 +248,20 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     grad_sync=step (torch.distributed.pipelining): weights stay gathered through all
     micro-batches and every reduce-scatter runs once after the last backward, not overlapped."""
     t, tr, prm = b.tab, b.training, b.params
-    group = b.group("zero")
     n = np.maximum(n_layers, 1)[None, :]
     c_f, c_b = fwd / n, bwd / n
     ag_total = rs_total = copies = 0.0
+    # dense weights shard over the ZeRO group; routed experts over their expert-data-parallel
+    # group (strided by ep x etp: often one rank per node), each with its own collectives
     for j in range(len(dense_layer)):
-        params = dense_layer[j] / t.tp + routed_layer[j] / (t.ep * t.etp)
-        ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
-        rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
-        ag_total = ag_total + counts[j][None, :] * ag[:, None]
-        rs_total = rs_total + counts[j][None, :] * rs[:, None]
-        copies = copies + counts[j][None, :] * params[:, None]
+        for params, group in ((dense_layer[j] / t.tp, b.group("zero")), (routed_layer[j] / (t.ep * t.etp), b.group("edp"))):
+            if not np.any(params):
+                continue
+            ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
+            rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
+            ag_total = ag_total + counts[j][None, :] * ag[:, None]
+            rs_total = rs_total + counts[j][None, :] * rs[:, None]
+            copies = copies + counts[j][None, :] * np.broadcast_to(params, (len(t),))[:, None]
     a, r = ag_total / n, rs_total / n
     reshard = (t.reshard == 1)[:, None]
     per_mb_sync = (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))[:, None]

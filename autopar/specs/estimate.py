@@ -24,6 +24,17 @@ class Bottleneck(str, Enum):
     """Fixed per-step overhead (data loading, launch gaps, logging)."""
 
 
+class StageEstimate(BaseModel):
+    """One pipeline stage (a pipeline rank, all its virtual stages) of a plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layers: int = Field(description="Decoder layers on the stage (all its virtual stages; MTP modules not counted)")
+    recompute_layers: int = Field(description="Of those, layers fully recomputed in the backward pass")
+    memory_bytes: float = Field(description="Peak memory per GPU of the stage, bytes")
+    seconds: float = Field(description="Seconds per micro-batch: forward, backward, recompute and exposed TP/CP/EP/PP/FSDP communication")
+
+
 class Estimate(BaseModel):
     """Predicted step of one plan (units in every name; bytes, seconds, flops)."""
 
@@ -36,6 +47,7 @@ class Estimate(BaseModel):
     dp: int = Field(description="Data-parallel degree")
     num_microbatches: int = Field(description="Micro-batches per step per pipeline")
     stage_layers: list[int] = Field(description="Decoder layers on each pipeline stage")
+    stages: list[StageEstimate] = Field(default_factory=list, description="Layers, recompute, memory and time of each pipeline stage")
     step_seconds: float = Field(description="Wall time of one optimizer step")
     tokens_per_second: float = Field(description="Training tokens per second, whole job")
     tokens_per_second_per_gpu: float = Field(description="Training tokens per second per GPU")

@@ -48,6 +48,10 @@ class GpuSpec(_Strict):
     tdp_watts: float | None = Field(None, gt=0, description="Board power, W")
     num_sms: int | None = Field(None, gt=0, description="Streaming multiprocessors; communication kernels that run beside compute take some of them")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
+    idle_watts: float | None = Field(
+        None, gt=0,
+        description="Board power while the GPU waits (exposed communication, pipeline bubble, restart), W; null = unknown (energy then counts waiting at tdp_watts)",
+    )
 
     @property
     def hbm_bytes(self) -> float:
@@ -112,6 +116,24 @@ class ClusterSpec(_Strict):
     mtbf_hours_per_gpu: float = Field(50_000.0, gt=0, description="Mean time between failures of one GPU (with its share of node), hours")
     calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
+    # -- fleet-level fields for `autopar plan` (goodput, checkpoints, energy) --
+    mtbf_hours_per_node: float | None = Field(
+        None, gt=0, description="Mean time between failures of one node's non-GPU parts (host, NICs, PSUs), hours; null = included in mtbf_hours_per_gpu")
+    mtbf_hours_per_switch: float | None = Field(None, gt=0, description="Mean time between failures of one fabric switch, hours; null = not counted")
+    switches_per_node: float = Field(0.0, ge=0, description="Fabric switches per node (leaf + spine + core share), for the switch failure rate")
+    storage_write_gb_per_s_per_node: float | None = Field(
+        None, gt=0, description="Sustained checkpoint write bandwidth of the shared storage per compute node, GB/s; null = unknown")
+    storage_write_gb_per_s: float | None = Field(
+        None, gt=0, description="Aggregate sustained write bandwidth of the shared storage, GB/s (caps the per-node figure); null = no cap")
+    # 300 s: the default recovery time (checkpoint reload, process restart, re-warmup) of mlsysim's
+    # ReliabilityModel, the companion library of seed 000's book (harvard-edge cs249r)
+    restart_seconds: float = Field(
+        300.0, ge=0,
+        description="Time from a failure to training again: detect, reschedule, reload the checkpoint, warm up, seconds")
+    node_overhead_watts: float | None = Field(
+        None, ge=0, description="Power of one node beyond its GPUs (CPUs, NICs, NVSwitch, fans), W; null = not counted")
+    # 1.58: average annual PUE of the Uptime Institute Global Data Center Survey 2023
+    pue: float = Field(1.58, ge=1.0, description="Data-centre power usage effectiveness: facility power / IT power")
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":

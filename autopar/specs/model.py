@@ -1,5 +1,5 @@
 """ModelSpec: transformer shape, dense or MoE; loads presets, autopar model files and
-HuggingFace config.json files (field names: shared/reference/launchers.md section 5)."""
+HuggingFace config.json files (field names: docs/reference/launchers.md section 5)."""
 
 from __future__ import annotations
 

@@ -29,13 +29,42 @@ class RankedPlan(BaseModel):
     estimate: Estimate
 
 
+class StageSolve(BaseModel):
+    """One core's per-stage solve (solvers.stages): its plan against the enumeration's best
+    plan of the same core (balanced layout, one recompute setting for all stages)."""
+
+    model_config = ConfigDict(extra="forbid")
+    plan: str | None = Field(description="The per-stage plan (null when the solve found none)")
+    balanced_plan: str = Field(description="The enumeration's best plan of this core")
+    step_seconds: float | None = Field(description="Predicted step of the per-stage plan, seconds")
+    balanced_step_seconds: float = Field(description="Predicted step of balanced_plan, seconds")
+    balanced_fits: bool = Field(description="balanced_plan fits in memory (false: a core taken because it would be fast if it fit)")
+    status: str = Field(description="OPTIMAL (proved) | FEASIBLE (gap > 0) | BALANCED (the balanced plan, outside the per-stage "
+                        "domain, is faster; see reason) | INFEASIBLE | UNKNOWN | REFUSED")
+    gap: float | None = Field(description="Relative gap between the solution and the solver's bound; 0 when proved")
+    seconds: float = Field(description="Wall time of the cost-model tables and the CP-SAT solve")
+    agreement: float | None = Field(description="|re-costed step - solver's step| / solver's step")
+    reason: str = Field("", description="Why no plan came back, or why it was refused")
+
+
+class PerStageInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = Field(description="Wall time of all per-stage solves")
+    cores_skipped: int = Field(description="Candidate cores left unsolved when the time budget ran out")
+    best_balanced_plan: str = Field(description="The enumeration's best plan")
+    best_balanced_step_seconds: float = Field(description="Its predicted step, seconds")
+    solves: list[StageSolve] = Field(description="One entry per solved core, in the enumeration's rank order")
+
+
 class SearchInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
     solver: str = Field(description="exhaustive | cpsat | given")
     seconds: float = Field(description="Wall time of the search")
     num_feasible: int = Field(description="Plans that fit")
     num_evaluated: int = Field(description="Plans costed")
-    proved_optimal: bool = Field(description="The solver proved the first plan optimal")
+    proved_optimal: bool = Field(description="The solver proved its best plan optimal over the enumerated space "
+                                 "(per-stage solves carry their own status in per_stage)")
+    per_stage: PerStageInfo | None = Field(None, description="Per-stage layer and recompute solves of the top cores (null when off)")
 
 
 class Results(BaseModel):

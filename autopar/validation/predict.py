@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopar.cost import estimate
 from autopar.cost.flops import model_flops_per_token
 from autopar.errors import AutoparError
-from autopar.space import virtual_stage_options
 from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
@@ -96,9 +95,6 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         f = inputs.plan_fields
         grid = inputs.cluster.num_gpus // f["pp"]  # tp x cp x dp ranks per stage, where experts fold
         options.append([("etp", e) for e in (1, 2, 4, 8) if grid % (e * f["ep"]) == 0])
-    if "vpp" in inputs.open_choices:
-        vpps = [1] + virtual_stage_options(inputs.model, inputs.plan_fields["pp"])
-        options.append([("vpp", v) for v in vpps])
     if "mbs" in inputs.open_choices:
         options.append([("mbs", b) for b in (1, 2, 4)])
     out = []

@@ -40,8 +40,11 @@ READ = {"num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn
 USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", "memory_unit"}
 
 DEFAULTS_DOC = """Defaults for fields a row leaves out:
+- torchtitan with pipeline parallelism: each rank's batch split into pp micro-batches (its default)
 - micro_batch_size and recompute when not published: the fastest choice that fits in memory
-  (the run did run); the row's report lists what was resolved ('resolved')
+  (the run did run); the row's report lists what was resolved ('resolved'). Interleaving is
+  not resolved this way: it takes an explicit flag in every framework, so a row that does not
+  name it ran without it
 - cp, ep, vpp: 1; etp: tp (Megatron default)
 - precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
@@ -242,8 +245,10 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     if is_2021(row) or training.stack not in (Stack.megatron,) and tp > 1:
         # --tp-comm-overlap arrived with Megatron-Core (2023); other stacks overlap TP only with async TP
         fields["tp_overlap"] = bool(metrics.get("async_tp")) or "async tp" in text
-    if shard and shard < (row.get("num_gpus") or 0) // (tp * pp) and zero == 3:
-        fields["zero_shard_size"] = shard
+    # an "N-way" FSDP degree counts data-parallel ranks; FSDP also shards over the CP ranks
+    # (torchtitan's dp_shard x cp mesh), so the shard group is N x cp
+    if shard and shard * fields["cp"] < (row.get("num_gpus") or 0) // (tp * pp) and zero == 3:
+        fields["zero_shard_size"] = shard * fields["cp"]
     if "interleaved" in text or str(metrics.get("pp_schedule") or "").lower().startswith("interleaved"):
         fields["schedule"] = Schedule.interleaved
         fields["vpp"] = max(fields["vpp"], 2)
@@ -256,15 +261,20 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         dp = (row.get("num_gpus") or 1) // (tp * pp * fields["cp"])
         if (dp * fields["cp"] * tp) % (fields["ep"] * tp):  # expert TP = TP does not fit: the row folded experts
             open_choices.append("etp")
-    if row.get("vpp") is None and pp > 1 and "schedule" not in fields and "layout" not in fields:
-        open_choices.append("vpp")
     recompute = _recompute(row)
     if recompute is None:
         open_choices.append("recompute")
     else:
         fields["recompute"] = recompute
     mbs = row.get("micro_batch_size")
-    if mbs is None and pp > 1 and metrics.get("local_batch_size") is None:
+    dp = max(1, (row.get("num_gpus") or 1) // (tp * pp * fields["cp"]))
+    local = row["global_batch_size"] // dp
+    if mbs is None and pp > 1 and training.stack in (Stack.torchtitan, Stack.torchtitan_compile) and local % pp == 0:
+        # torchtitan splits each rank's batch into pipeline_parallel_degree micro-batches unless
+        # told otherwise (torchtitan parallelize_llama: n_microbatches = pipeline_parallel_microbatches
+        # or pipeline_parallel_degree)
+        fields["mbs"] = local // pp
+    elif mbs is None and pp > 1 and metrics.get("local_batch_size") is None:
         open_choices.append("mbs")
     else:
         fields["mbs"] = mbs or 1

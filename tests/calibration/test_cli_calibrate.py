@@ -35,11 +35,14 @@ def test_calibrate_nccl_writes_a_profile(tmp_path):
     assert "warning: a100x16_2node_allreduce_aws-p4de-efa_partial.txt: partial log" in r.output  # stderr
     assert f"wrote {out}" in r.output
     profile = load_calibration_profile(str(out))
-    # 8x A100 64 B - 8 GiB measures the node's ring bandwidth; the 2-node EFA log (tree on 2
-    # nodes, bound by the node links) cannot tell the network efficiency: named, default kept
+    # 8x A100 64 B - 8 GiB measures the node's ring bandwidth. On 2 nodes the tree moves the
+    # buffer once through each node's NICs (algbw <= NICs): the p4de log (4x 100 Gb/s EFA = 50 GB/s
+    # per node, 78.3 GB/s busbw = 41.8 algbw) measures them against the dgx-a100 preset's 8x 200
+    # Gb/s: 41.8 / 200 = 0.21 of its line rate at 2 GiB, the fit's efficiency within 2x of it
+    # since the sizes below 2 GiB still fill the pipeline (an EFA cluster file would say 0.84)
     assert profile.collectives.intra_busbw_gb_per_s == pytest.approx(235, rel=0.08)
-    assert "network_efficiency" in profile.collectives.not_identified
-    assert "not identified: network_efficiency" in r.output
+    assert 0.21 <= profile.collectives.network_efficiency <= 0.42
+    assert "nvls_speedup" in profile.collectives.not_identified  # A100: no NVLS
     assert all(f.median_error <= 0.10 for f in profile.log_fits)  # issue 4 target, per log
 
 

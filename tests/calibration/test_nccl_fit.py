@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calibration.nccl_fit import Curve, Observation, fit_log, fit_observations
-from calibration.nccl_log import read_log
+from calibration.nccl_samples import read_sample
 
 DATA = Path(__file__).resolve().parents[2] / "calibration" / "data" / "nccl"
 LOGS = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.txt") if "bench_py" not in p.name)
@@ -16,7 +16,7 @@ LOGS = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.txt") if "bench_py
 
 @pytest.fixture(scope="module")
 def fits():
-    return {name: fit_log(read_log(DATA / name)) for name in LOGS}
+    return {name: fit_log(read_sample(name)) for name in LOGS}
 
 
 @pytest.mark.parametrize("name", LOGS)

@@ -1,5 +1,5 @@
 """nccl-tests parser on every sample log (calibration/data/nccl, copied verbatim from
-shared/calibration-samples/nccl) and on garbage. Expected values are SOURCES.md's tables
+calibration/data/nccl) and on garbage. Expected values are SOURCES.md's tables
 (n, range, peak busbw) -- the peak is checked exactly (it is printed in the log)."""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import pytest
 
 from autopar.cost.comm import Collective
 from calibration.nccl_log import NcclLogError, parse_log, read_log
+from calibration.nccl_samples import read_sample
 
 DATA = Path(__file__).resolve().parents[2] / "calibration" / "data" / "nccl"
 AR, AG, SR = Collective.all_reduce, Collective.all_gather, Collective.send_recv
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 
 # file: (collective, ranks, nodes, min size, max size, number of sizes, peak busbw GB/s, partial)
-# source: calibration/data/nccl/SOURCES.md (= shared/calibration-samples/nccl/SOURCES.md)
+# source: calibration/data/nccl/SOURCES.md (= calibration/data/nccl/SOURCES.md)
 SAMPLES = {
     # nccl-tests#309 4- and 8-node runs (held out in calibration/heldout.py)
     "h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt": (AR, 32, 4, 8, 16 * G, 32, 365.84, False),
@@ -57,6 +58,11 @@ SAMPLES = {
     "nonstandard/h100_96rank_allreduce_sharp_coreweave_elided.txt": (AR, 96, 12, 512 * M, 8 * G, 5, 386.56, True),
     "nonstandard/h200_p5en_128rank_allreduce_aws_elided.txt": (AR, 128, 16, 8, 16 * G, 3, 369.86, True),
     "nonstandard/a100x8_allreduce_stas00_massaged.txt": (AR, 8, 1, 32 * K, 16 * G, 20, 234.89, True),
+    # device lists elided: ranks / nodes from the sources (calibration/nccl_samples.py OVERRIDES)
+    "nonstandard/gb200x72_1rack_allreduce_coreweave_elided.txt": (AR, 72, 1, 512 * M, 8 * G, 5, 846.82, True),
+    "nonstandard/gb200x128_2rack_allreduce_coreweave_elided.txt": (AR, 128, 2, 512 * M, 16 * G, 6, 820.36, True),
+    "nonstandard/gb200x1440_20rack_allreduce_coreweave_elided.txt": (AR, 1440, 20, 512 * M, 16 * G, 6, 405.74, True),
+    "nonstandard/h100x1024_128node_allreduce_ringll128forced_roce_nccl-tests-issue322_elided.txt": (AR, 1024, 128, G, 16 * G, 5, 367.44, True),
 }
 
 
@@ -68,7 +74,7 @@ def test_every_sample_is_listed():
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_sample_log(name):
     coll, ranks, nodes, lo, hi, num, peak, partial = SAMPLES[name]
-    log = read_log(DATA / name)
+    log = read_sample(name)
     assert log.collective == coll
     assert (log.num_ranks, log.num_nodes) == (ranks, nodes)
     assert (log.sizes_bytes[0], log.sizes_bytes[-1], len(log.rows)) == (lo, hi, num)

@@ -70,7 +70,7 @@ def test_gqa_and_swiglu_change_the_constant(h100_node, params):
     [
         (8, 1, Schedule.one_f_one_b, 0, 8),  # 1F1B: stage 0 holds p micro-batches
         (8, 1, Schedule.one_f_one_b, 7, 1),  # last stage holds one
-        (8, 4, Schedule.interleaved, 0, 8 + 7 / 4),  # p (1 + (p-1)/(p v)) (DESIGN.md, Narayanan 2021)
+        (8, 4, Schedule.interleaved, 0, 8 + 7 / 4),  # p (1 + (p-1)/(p v)) (docs/design.md, Narayanan 2021)
         (8, 1, Schedule.gpipe, 0, 32),  # GPipe holds all m (seed 000 footnote 7)
         (8, 1, Schedule.zero_bubble, 0, 15),  # ZB-H2: 2p - 1
     ],

@@ -1,4 +1,4 @@
-"""`autopar validate` on the development set of published runs (shared/validation)."""
+"""`autopar validate` on the development set of published runs (tests/data, copied from the product's validation set)."""
 
 from __future__ import annotations
 

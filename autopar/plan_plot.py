@@ -1,0 +1,66 @@
+"""The `autopar plan` chart: wall days vs cost for every point, one colour per GPU count, the
+Pareto front joined, the chosen point ringed, the deadline and the budget as lines. PNG, written
+atomically (rendered to a temporary file in the same folder, then renamed)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    from solvers.planner import PlanReport
+
+
+def _money(p) -> float:
+    return p.cost_usd / 1e6 if p.cost_usd is not None else p.gpu_hours / 1e6
+
+
+def write_plan_png(report: "PlanReport", path: str | Path, deadline_days: float | None = None, budget_usd: float | None = None) -> None:
+    points = [p for p in report.points if p.wall_days is not None]
+    priced = all(p.cost_usd is not None for p in points)
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    counts = sorted({p.gpus for p in points})
+    cmap = plt.get_cmap("viridis", max(len(counts), 2))
+    for k, n in enumerate(counts):
+        mine = [p for p in points if p.gpus == n]
+        ax.scatter([p.wall_days for p in mine], [_money(p) for p in mine], color=cmap(k), s=36, label=f"{n:,} GPUs", zorder=3)
+    front = sorted((p for p in points if p.pareto), key=lambda p: p.wall_days)
+    if front:
+        ax.plot([p.wall_days for p in front], [_money(p) for p in front], "k--", lw=1, label="Pareto front", zorder=2)
+    if report.chosen is not None and report.points[report.chosen].wall_days is not None:
+        c = report.points[report.chosen]
+        ax.scatter([c.wall_days], [_money(c)], s=220, facecolors="none", edgecolors="red", linewidths=2, label="chosen", zorder=4)
+    if deadline_days is not None:
+        ax.axvline(deadline_days, color="tab:red", lw=1, ls=":", label=f"deadline {deadline_days:g} d")
+    if budget_usd is not None and priced:
+        ax.axhline(budget_usd / 1e6, color="tab:orange", lw=1, ls=":", label=f"budget ${budget_usd / 1e6:g}M")
+    days = [p.wall_days for p in points]
+    if days and max(days) > 8 * min(days):
+        ax.set_xscale("log")
+    ax.set_xlabel("wall-clock days (failures and checkpoints included)")
+    ax.set_ylabel("cost, $M" if priced else "GPU-hours, millions")
+    ax.set_title(f"{report.tokens / 1e12:g}T tokens: days vs {'cost' if priced else 'GPU-hours'} per GPU count and batch")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    _save_atomic(fig, Path(path))
+    plt.close(fig)
+
+
+def _save_atomic(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

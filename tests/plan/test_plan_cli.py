@@ -1,0 +1,212 @@
+"""`autopar plan` end to end (CliRunner): the seeds' worked numbers through the command, the
+`--json` contract of issue 11, files written, bad input as one line and exit code 1."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.cost import estimate
+from autopar.cost.flops import embedding_params, model_flops_per_token
+from autopar.specs import Precision, TrainingSpec, load_cluster, load_model, parse_plan
+from autopar.specs.costparams import params_for_cluster
+
+CONTRACT = ["gpus", "global_batch_tokens", "plan", "step_seconds", "mfu", "goodput", "checkpoint_interval_seconds", "wall_days",
+            "gpu_hours", "cost_usd", "energy_mwh", "pareto"]
+SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "8192"]
+
+
+def run(args):
+    return CliRunner().invoke(main, ["plan", *args])
+
+
+def run_json(args) -> dict:
+    r = run([*args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_seed_young_daly_through_plan():
+    # seed 000 'Ловушка: использовать фиксированные интервалы контрольных точек': 1,024 GPUs,
+    # 50,000 h per GPU, 5 min write -> checkpoint every 171.2 min, tax 5.8%
+    report = run_json(SMALL + ["--gpus", "1024", "--batch-tokens", "4M", "--mtbf-hours-per-gpu", "50000",
+                               "--checkpoint-write-seconds", "300", "--restart-seconds", "0"])
+    p = report["points"][0]
+    assert p["checkpoint_interval_seconds"] / 60 == pytest.approx(171.2, abs=0.05)
+    assert 1 - p["goodput"] == pytest.approx(0.058, abs=0.0005)
+    assert p["mtbf_hours"] == pytest.approx(48.8, abs=0.05)
+    # the emitters' --save-interval: the interval in optimizer steps
+    assert p["checkpoint_interval_steps"] == round(p["checkpoint_interval_seconds"] / p["step_seconds"])
+    # wall time = training time / goodput; GPU-hours and cost follow
+    assert p["wall_days"] == pytest.approx(p["train_days"] / p["goodput"])
+    assert p["gpu_hours"] == pytest.approx(1024 * p["wall_days"] * 24)
+    assert p["cost_usd"] == pytest.approx(p["gpu_hours"] * load_cluster("dgx-h100").price_usd_per_gpu_hour)
+
+
+def test_llama3_compute_bound_batch_through_plan(tmp_path):
+    # seed 001 'Параллелизм данных': LLaMA-3 on 16K H100 would need >= 40M tokens of batch to be
+    # compute-bound (C/W = 990e12 / 400e9 = 2,475 per GPU); it used 16M
+    r = run(["--model", "llama3-405b", "--cluster", "dgx-h100", "--tokens", "15T", "--seq-len", "8192", "--gpus", "16384",
+             "--batch-tokens", "16M", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "compute-bound from 40.5M tokens" in r.stdout
+    p = json.loads((tmp_path / "plan.json").read_text())["points"][0]
+    assert p["compute_bound_batch_tokens"] / 40e6 == pytest.approx(1.0, abs=0.015)
+    assert p["global_batch_tokens"] < p["compute_bound_batch_tokens"]  # 16M used < 40M needed
+
+
+def test_compute_bound_batch_formula_in_json():
+    # N x C / W with W = 8 x 50 GB/s node egress (dgx-h100): 1,024 x 989.4e12 / 400e9 = 2.533M
+    p = run_json(SMALL + ["--gpus", "1024", "--batch-tokens", "4M", "--checkpoint-write-seconds", "60"])["points"][0]
+    assert p["compute_bound_batch_tokens"] == pytest.approx(1024 * 989.4e12 / 400e9)
+
+
+def test_goodput_trap_through_plan(tmp_path):
+    # seed 000 'Ловушка: оптимизировать MFU, не учитывая эффективность масштабирования': useful work
+    # is N x MFU x goodput, and a linear extrapolation from the small run overstates it by 1/eta
+    r = run(["--model", "gpt2-xl", "--cluster", "dgx-h100", "--tokens", "100B", "--seq-len", "1024", "--gpus", "8,1024",
+             "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "plan.json").read_text())
+    small, large = report["points"]
+    eta = (large["tokens_per_second"] / 1024) / (small["tokens_per_second"] / 8)
+    assert large["scaling_efficiency"] == pytest.approx(eta)
+    assert large["mfu"] == pytest.approx(small["mfu"] * eta, rel=1e-6)  # same batch: MFU_N = MFU_8 x eta
+    line = next(t for t in r.stdout.splitlines() if t.startswith("linear scaling from 8 GPUs"))
+    numbers = [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", line.split("MFU x goodput = ")[1])]
+    useful_small, useful_large, promised = numbers[:3]
+    assert useful_small == pytest.approx(8 * small["mfu"] * small["goodput"], abs=0.5)
+    assert useful_large == pytest.approx(1024 * large["mfu"] * large["goodput"], abs=0.5)
+    assert promised == pytest.approx(1024 * small["mfu"] * small["goodput"], abs=0.5)
+    assert useful_large < promised  # the trap: less useful work than linear scaling promises
+
+
+def test_json_contract_and_files(tmp_path):
+    args = SMALL + ["--gpus", "8:32", "--batches", "2", "--deadline", "200d", "--out", str(tmp_path / "p")]
+    report = run_json(args)
+    assert set(report) >= {"points", "chosen", "critical_batch_tokens"}
+    for p in report["points"]:
+        assert list(p)[: len(CONTRACT)] == CONTRACT
+    assert len(report["points"]) == 3 * 2
+    assert isinstance(report["chosen"], int) and report["points"][report["chosen"]]["wall_days"] <= 200
+    assert any(p["pareto"] for p in report["points"])
+    saved = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert saved["points"] == report["points"]
+    assert (tmp_path / "p" / "plan.csv").read_text().splitlines()[0].startswith("gpus,global_batch_tokens,plan,")
+    assert (tmp_path / "p" / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list((tmp_path / "p").glob(".*tmp"))  # atomic writes leave no temporaries
+
+
+def test_critical_batch_law_value():
+    # DeepSeek LLM sec. 3.1 with C = M D, M = non-embedding training FLOPs per token (causal attention)
+    model = load_model("llama3-8b")
+    m = model_flops_per_token(model, 8192, causal=True) - 6 * embedding_params(model)
+    report = run_json(SMALL + ["--gpus", "8", "--checkpoint-write-seconds", "60"])
+    assert report["critical_batch_tokens"] == pytest.approx(0.2920 * (m * 1e12) ** 0.3271, rel=1e-9)
+    # the grid's batch: the largest 2^k or 3 x 2^k sequences of 8,192 tokens under the cap
+    batch = report["points"][0]["global_batch_tokens"]
+    assert batch <= report["critical_batch_tokens"] < batch * 4 / 3
+
+
+def test_critical_batch_override_and_batch_above_it():
+    report = run_json(SMALL + ["--gpus", "8", "--critical-batch-tokens", "2M", "--batches", "2", "--checkpoint-write-seconds", "60"])
+    assert report["critical_batch_tokens"] == 2 * 2**20
+    assert [p["global_batch_tokens"] for p in report["points"]] == [1536 * 1024, 2 * 2**20]  # 192 and 256 sequences
+    r = run(SMALL + ["--gpus", "8", "--critical-batch-tokens", "2M", "--batch-tokens", "4M"])
+    assert r.exit_code == 1 and r.output.startswith("Error: batch-tokens=4194304: exceeds the critical batch")
+
+
+def test_gradient_noise_critical_batch():
+    # seed 000 'Критический размер батча', control question: tr(Sigma) = 1.6e6, |mu|^2 = 100 ->
+    # B* = 16,000 examples; the proposed 8,192 (64 x 4 x 32) stays below it
+    report = run_json(SMALL[:-2] + ["--seq-len", "2048", "--gpus", "64", "--gradient-noise", "1.6e6/100", "--checkpoint-write-seconds", "60"])
+    assert report["critical_batch_tokens"] == pytest.approx(16_000 * 2048)
+    assert "16,000 sequences" in report["critical_batch_source"]
+    assert 8192 * 2048 < report["points"][0]["global_batch_tokens"] <= 16_000 * 2048
+
+
+def test_learning_rate_rules_through_plan():
+    # seed 000: Adam takes the square-root rule, SGD the linear rule below the critical batch
+    base = SMALL + ["--gpus", "8", "--batch-tokens", "4M", "--lr0", "3e-4", "--batch0", "1M", "--checkpoint-write-seconds", "60"]
+    adam = run_json(base)
+    sgd = run_json(base + ["--optimizer", "sgd"])
+    assert adam["points"][0]["learning_rate"] == pytest.approx(3e-4 * 2)
+    assert sgd["points"][0]["learning_rate"] == pytest.approx(3e-4 * 4)
+    assert adam["learning_rate_rule"].startswith("square-root rule (Adam)")
+
+
+def test_ramp_is_costed_at_the_points_layout():
+    # 50B tokens at a 2M-token batch, then 4M: training time = 50e9 / tps(2M, same layout) + 950e9 / tps(4M)
+    args = SMALL + ["--gpus", "16", "--batch-tokens", "4M", "--checkpoint-write-seconds", "60"]
+    flat = run_json(args)["points"][0]
+    ramped = run_json(args + ["--ramp", "2M@50B"])["points"][0]
+    assert ramped["plan"] == flat["plan"]
+    cluster = load_cluster("dgx-h100").with_gpus(16)
+    small = estimate(load_model("llama3-8b"), cluster, TrainingSpec(seq_len=8192, global_batch_size=256, precision=Precision.bf16),
+                     parse_plan(ramped["plan"]), params_for_cluster(cluster))
+    expected = 50e9 / small.tokens_per_second + 950e9 / ramped["tokens_per_second"]
+    assert ramped["train_days"] * 86400 == pytest.approx(expected, rel=1e-9)
+
+
+def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
+    # per-node and per-switch failure rates add to the per-GPU rate (1/M = sum of N_i / M_i)
+    text = (tmp_path / "c.yaml")
+    base = open(load_cluster.__globals__["preset_files"]("clusters")["dgx-h100"]).read()
+    text.write_text(base + "\nmtbf_hours_per_node: 100000\nmtbf_hours_per_switch: 200000\nswitches_per_node: 0.375\n")
+    p = run_json(["--model", "llama3-8b", "--cluster", str(text), "--tokens", "1T", "--seq-len", "8192", "--gpus", "1024",
+                  "--batch-tokens", "4M"])["points"][0]
+    rate = 1024 / 50_000 + 128 / 100_000 + 128 * 0.375 / 200_000
+    assert p["mtbf_hours"] == pytest.approx(1 / rate)
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--tokens", "0"], "Error: tokens='0': must be a positive, finite number"),
+    (["--tokens", "nan"], "Error: tokens='nan': must be a positive, finite number"),
+    (["--tokens", "-5T"], "Error: tokens='-5T': must be a positive, finite number"),
+    (["--tokens", "lots"], "Error: tokens='lots': must be a number"),
+    (["--tokens", "1T", "--deadline", "0d"], "Error: deadline='0': must be a positive, finite number"),
+    (["--tokens", "1T", "--budget", "inf"], "Error: budget='inf': must be a positive, finite number"),
+    (["--tokens", "1T", "--batch-tokens", "nan"], "Error: batch-tokens='nan': must be a positive, finite number"),
+    (["--tokens", "1T", "--gpus", "64:8"], "Error: gpus='64:8': the range must run from the smaller count to the larger"),
+    (["--tokens", "1T", "--gpus", "12"], "Error: gpus=12: must be a multiple of gpus_per_node=8"),
+    (["--tokens", "1T", "--ramp", "4M"], "Error: ramp='4M': each step is BATCH@UNTIL_TOKENS"),
+    (["--tokens", "1T", "--gradient-noise", "5"], "Error: gradient-noise='5': must be TRACE/NORM2"),
+    (["--tokens", "1T", "--lr0", "1e-3"], "Error: batch0=None: give both --lr0 and --batch0"),
+    (["--tokens", "1T", "--mtbf-hours-per-gpu", "-1"], "Error: mtbf-hours-per-gpu=-1.0: must be a positive, finite number"),
+])
+def test_bad_input_is_one_line(args, start):
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--gpus", "8", *args])
+    assert r.exit_code == 1
+    assert r.output.startswith(start), r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_deadline_nothing_meets_names_the_fastest_point():
+    r = run(SMALL + ["--gpus", "8:16", "--checkpoint-write-seconds", "60", "--deadline", "1d"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert r.output.startswith("Error: deadline='1d': no point finishes in time; nearest: 16 GPUs x ")
+
+
+def test_budget_below_the_cheapest_point_names_it():
+    r = run(SMALL + ["--gpus", "8:16", "--checkpoint-write-seconds", "60", "--budget", "$1k"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert r.output.startswith("Error: budget='$1,000': no point costs that little; nearest: ")
+
+
+def test_no_gpu_count_fits_is_one_line():
+    r = run(["--model", "llama3-405b", "--cluster", "dgx-h100", "--tokens", "15T", "--seq-len", "8192", "--gpus", "32"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "no GPU count of [32] has a plan" in r.output and "--gpus 128 fits" in r.output
+
+
+def test_deterministic_and_workers_agree():
+    args = SMALL + ["--gpus", "8:16", "--checkpoint-write-seconds", "60"]
+    one, again, two = run_json(args), run_json(args), run_json(args + ["--workers", "2"])
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert strip(one) == strip(again) == strip(two)
+    assert math.isfinite(one["seconds"])
