@@ -10,7 +10,8 @@ from autopar.cli.common import FRAMEWORKS, PRECISIONS, check_stage_layout, flush
 from autopar.errors import InputError
 
 
-def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text):
+def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
+                      grad_reduce_bytes=None):
     from autopar import __version__
     from autopar.cost import estimate as cost_estimate  # only this path needs the cost model
     from autopar.emit.common import EmitJob
@@ -21,6 +22,8 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
         raise InputError("emit", " ".join(missing), "give a RESULTS.json file, or --model, --cluster and --plan")
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision)
+    if grad_reduce_bytes is not None:  # torchtitan reduces gradients in fp32 only: plan with 4
+        training = training.model_copy(update={"grad_reduce_bytes_per_param": grad_reduce_bytes, "grad_bytes_per_param": max(grad_reduce_bytes, training.grad_bytes_per_param)})
     plan = check_stage_layout(parse_plan(plan_text), model)
     return EmitJob(model, cluster, training, plan, cost_estimate(model, cluster, training, plan), rank=1, version=__version__)
 
@@ -38,7 +41,9 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
 @click.option("--global-batch-tokens", default=None, hidden=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", hidden=True)
 @click.option("--plan", "plan_text", default=None, hidden=True)
-def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text):
+@click.option("--grad-reduce-bytes", type=click.FloatRange(min=1, max=4), default=None, hidden=True)
+def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
+         grad_reduce_bytes):
     """Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`).
 
     Each config is re-checked against the framework's own rules; a plan the framework would
@@ -52,7 +57,8 @@ def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, g
             raise InputError("emit", results, "give either RESULTS.json or --model/--cluster/--plan, not both")
         job = job_from_results(load_results(results), rank)
     else:
-        job = _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text)
+        job = _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
+                                grad_reduce_bytes)
     artefacts = emit_artefacts(job, fmt)
     flush_notes()
     if out_dir is None:

@@ -41,7 +41,7 @@ def evaluate_cores(batch: Batch) -> tuple[StepResult, np.ndarray, Batch]:
         reps.vpp = np.ones_like(reps.vpp)
     reps.schedule = np.full_like(reps.schedule, ONE_F_ONE_B)
     core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
-    return evaluate(core_batch), core_of_row, core_batch
+    return evaluate(core_batch, per_stage=False), core_of_row, core_batch
 
 
 def step_and_memory(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -63,14 +63,17 @@ def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray
     fixed_parts = sum(result.time[k][rows] for k in ("dp_comm", "optimizer_step", "step_overhead"))
     step = m * t_max + fill + fixed_parts
     mem = params.memory
-    peak = np.empty(len(rows))
-    for p in np.unique(pp).tolist():  # stage arrays as wide as this pp, not the widest
-        sel = np.flatnonzero(pp == p)
-        stage = np.arange(p)[None, :]
-        # in-flight micro-batches depend on (m, vpp, schedule) only: a few distinct rows
-        combos, inverse = np.unique(np.stack([m[sel], vpp[sel], schedule[sel]], axis=1), axis=0, return_inverse=True)
-        held = in_flight_microbatches(stage, p, combos[:, :1], combos[:, 1:2], combos[:, 2:3].astype(int))[inverse.ravel()]
-        fixed = result.memory_fixed_stage[rows[sel], :p]
-        per_mb = result.memory_per_microbatch_stage[rows[sel], :p]
-        peak[sel] = ((fixed + per_mb * held) * (1 + mem.fragmentation)).max(axis=1) + mem.reserve_bytes
-    return step, peak
+    # memory columns: one per stage type (autopar.cost.step._stage_types), at the stage index
+    # each stands for; in-flight micro-batches depend on that index, m, vpp and the schedule
+    width = max(1, int((result.memory_stage_index >= 0).sum(axis=1).max())) if len(rows) else 1
+    index = result.memory_stage_index[:, :width][rows]
+    # held micro-batches: a table over the few distinct (pp, m, vpp, schedule) and stage indices
+    first, combo_of = row_groups(pp, m, vpp, schedule)
+    stages = np.arange(int(np.max(pp)) if len(pp) else 1)[None, :]
+    col = lambda x: np.asarray(x)[first][:, None]  # noqa: E731
+    table = in_flight_microbatches(stages, col(pp), col(m), col(vpp), col(schedule))
+    held = table[combo_of[:, None], np.maximum(index, 0)]
+    fixed = result.memory_fixed_stage[rows, :width]
+    per_mb = result.memory_per_microbatch_stage[rows, :width]
+    per_stage = (fixed + per_mb * held) * (1 + mem.fragmentation) + mem.reserve_bytes
+    return step, np.where(index >= 0, per_stage, -np.inf).max(axis=1)

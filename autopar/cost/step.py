@@ -18,7 +18,7 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
-from autopar.cost.pipeline import pipeline_seconds
+from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups, row_groups
 from autopar.specs.plan import GradSync
 from autopar.errors import InputError
@@ -54,6 +54,7 @@ class StepResult:
     memory_fixed_stage: np.ndarray | None = None
     memory_per_microbatch_stage: np.ndarray | None = None
     pp_hop_seconds: np.ndarray | None = None  # one activation send between pipeline stages, per plan
+    memory_stage_index: np.ndarray | None = None  # stage of each memory column (-1: padding)
     # per plan x stage (padded with 0 like memory_fixed_stage): per-micro-batch seconds, peak
     # memory bytes, fully recomputed layers, and each once-per-step term the step adds the
     # maximum over stages of (STAGE_STEP_TERMS; solvers.stages, Estimate.stages)
@@ -101,32 +102,69 @@ def _layer_parts_by_config(batch: Batch, kinds: list[int]) -> list[dict[str, np.
     return out
 
 
-def evaluate(batch: Batch) -> StepResult:
+def evaluate(batch: Batch, per_stage: bool = True) -> StepResult:
     """Cost every plan of the batch (plans whose layout breaks a rule must be filtered first:
-    autopar.cost.rules)."""
+    autopar.cost.rules). per_stage=False skips the (plans x stages) result arrays the per-stage
+    solver and Estimate.stages read: a million-plan search does not need them."""
     t = batch.tab
     kinds = _layer_kinds(batch)
     per_kind = _layer_parts_by_config(batch, kinds)
     n = len(t)
     p_max = int(t.pp.max()) if n else 1
-    out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
-                     np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
-                     np.zeros(n), np.zeros(n), np.zeros((n, p_max)), np.zeros((n, p_max)), np.zeros(n))
-    out.stage_seconds, out.stage_memory_bytes, out.stage_recomputed_layers = (np.zeros((n, p_max)) for _ in range(3))
-    out.stage_step_terms = {k: np.zeros((n, p_max)) for k in STAGE_STEP_TERMS}
-    for rows, layout in layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers):
+    groups = layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers)
+    for rows, layout in groups:
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)
+    # memory columns: every stage with per_stage, else one per stage type (_stage_types)
+    width = p_max if per_stage else max([1] + [len(_stage_types(layout, _stage_kind_counts(batch, layout, kinds), per_stage, t.take(rows))[0])
+                                                for rows, layout in groups])
+    out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
+                     np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
+                     np.zeros(n), np.zeros(n), np.zeros((n, width)), np.zeros((n, width)), np.zeros(n),
+                     np.full((n, width), -1, dtype=np.int64))
+    if per_stage:
+        out.stage_seconds, out.stage_memory_bytes, out.stage_recomputed_layers = (np.zeros((n, p_max)) for _ in range(3))
+        out.stage_step_terms = {k: np.zeros((n, p_max)) for k in STAGE_STEP_TERMS}
+    for rows, layout in groups:
         sub = Batch(batch.model, batch.cluster, batch.training, batch.params, t.take(rows))
         _evaluate_layout(sub, layout, kinds, [{k: v[rows] for k, v in pk.items()} for pk in per_kind], out, rows)
     return out
 
 
+def _stage_types(layout: PipelineLayout, counts: np.ndarray, per_stage: bool, t) -> tuple[np.ndarray, np.ndarray]:
+    """(stage index of each column the evaluation keeps, stages each column stands for).
+
+    Stages holding the same layers, embedding and output layers cost the same per micro-batch,
+    and the first of them holds the most in-flight activations (in_flight_microbatches falls
+    with the stage index under every schedule), so a search costs one column per stage type
+    (a 16-stage pipeline has two or three). Per-stage results (out.stage_seconds) and per-stage
+    recompute counts keep every stage."""
+    P = layout.pp
+    if per_stage or bool(np.any(t.rc_stages != NONE)):
+        return np.arange(P), np.ones(P)
+    last = np.asarray(layout.rank_mtp(), dtype=float)
+    last[-1] += 1.0
+    ends = np.zeros(P)
+    ends[0], ends[-1] = 1.0, ends[-1] + 2.0
+    _, first, type_of = np.unique(np.vstack([counts, last, ends]), axis=1, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    return first[order], np.bincount(type_of.ravel(), minlength=len(first))[order].astype(float)
+
+
+def _first_max(values: np.ndarray, stage_idx: np.ndarray) -> np.ndarray:
+    """Column of the row maximum, the earliest stage among ties (as argmax over all stages)."""
+    top = values >= values.max(axis=1, keepdims=True)
+    return np.argmin(np.where(top, stage_idx[None, :], np.iinfo(np.int64).max), axis=1)
+
+
 def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kind, out: StepResult, rows: np.ndarray) -> None:
     t, m, tr, prm = b.tab, b.model, b.training, b.params
     P = layout.pp
-    counts = _stage_kind_counts(b, layout, kinds)  # kinds x P
-    n_layers = counts.sum(axis=0)  # P
+    counts_all = _stage_kind_counts(b, layout, kinds)  # kinds x P
+    stage_idx, mult = _stage_types(layout, counts_all, out.stage_seconds is not None, t)
+    counts = counts_all[:, stage_idx]  # kinds x columns kept
+    n_layers = counts.sum(axis=0)
+    C = len(stage_idx)
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731  per-plan column
 
     k_rec = _recomputed_layers(t, n_layers)
@@ -148,6 +186,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     t_logits = gemm_time(b, g.m, g.n, g.k, tr.precision.gemm_dtype)
     last = np.asarray(layout.rank_mtp(), dtype=float)
     last[-1] += 1.0
+    last = last[stage_idx]
     parts["compute_gemm"] = parts["compute_gemm"] + last * col((2 + b.wgrad) * t_logits)
     parts["compute_elementwise"] = parts["compute_elementwise"] + last * col(3 * b.hbm_seconds(12 * b.tokens * m.vocab_size / t.tp))
     flops = flops + last * col((2 + b.wgrad) * g.flops)
@@ -158,7 +197,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     # interleaved schedule's extra chunk boundaries overlap with compute (overlap_p2p_comm)
     msg = activation_message_bytes(b.tokens, m.hidden_size, tr.activation_bytes) / b.sp_divisor
     hop = b.collective(Collective.send_recv, msg, b.neighbour(b.group("pp")))
-    parts["pp_comm"] = np.broadcast_to(col(np.where(t.pp > 1, 2 * hop, 0.0)), (len(t), P))
+    parts["pp_comm"] = np.broadcast_to(col(np.where(t.pp > 1, 2 * hop, 0.0)), (len(t), C))
 
     # parameters per stage and ZeRO-3 per-layer gathers
     dense_layer = np.array([layer_params(m, i)[0] for i in kinds])
@@ -169,6 +208,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     emb[0] += embedding_params(m)
     if not m.tied_embeddings or P > 1:
         emb[-1] += embedding_params(m)
+    emb = emb[stage_idx]
     dense = dense + emb / col(t.tp)
     parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd, bwd + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
@@ -176,8 +216,10 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
 
     stage_seconds = stage_compute + parts["fsdp_comm"]
     mb = b.microbatches.astype(float)
-    pipeline = pipeline_seconds(stage_seconds, mb, t.vpp, t.schedule, t.pp, np.where(t.pp > 1, hop, 0.0))
-    crit = stage_seconds.argmax(axis=1)
+    t_max = stage_seconds.max(axis=1)
+    rest = (stage_seconds * mult).sum(axis=1) - t_max
+    pipeline = mb * t_max + pipeline_fill(rest, mb, t.vpp, t.schedule, t.pp, np.where(t.pp > 1, hop, 0.0))
+    crit = _first_max(stage_seconds, stage_idx)
     pick = lambda x: np.take_along_axis(np.broadcast_to(x, stage_seconds.shape), crit[:, None], axis=1)[:, 0]  # noqa: E731
     time = {k: mb * pick(parts[k]) for k in MICROBATCH_PARTS}
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
@@ -192,9 +234,9 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem, fixed, per_mb = _memory(b, layout, kinds, counts, n_layers, k_rec, dense, routed)
+    mem, fixed, per_mb = _memory(b, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed)
     totals = sum(mem.values())
-    worst = totals.argmax(axis=1)
+    worst = _first_max(totals, stage_idx)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
 
     for k, v in time.items():
@@ -203,21 +245,22 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     for k, v in mem.items():
         out.memory[k][rows] = at_worst(v)
     out.memory_bytes[rows] = at_worst(totals)
-    out.worst_stage[rows] = worst
-    out.critical_stage[rows] = crit
+    out.worst_stage[rows] = stage_idx[worst]
+    out.critical_stage[rows] = stage_idx[crit]
     out.pipeline_seconds[rows] = pipeline
     out.pp_hop_seconds[rows] = np.where(t.pp > 1, hop, 0.0)
-    t_max = stage_seconds.max(axis=1)
     out.stage_max_seconds[rows] = t_max
-    out.stage_rest_seconds[rows] = stage_seconds.sum(axis=1) - t_max
-    out.memory_fixed_stage[np.ix_(rows, np.arange(P))] = fixed
-    out.memory_per_microbatch_stage[np.ix_(rows, np.arange(P))] = per_mb
-    per_stage = [(out.stage_seconds, stage_seconds), (out.stage_memory_bytes, totals), (out.stage_recomputed_layers, k_rec)]
-    for key, value in zip(STAGE_STEP_TERMS, (dp_stage, fsdp_per_step, opt_stage)):
-        per_stage.append((out.stage_step_terms[key], value))
-    for field_, value in per_stage:
-        field_[np.ix_(rows, np.arange(P))] = value
-    out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * flops.sum(axis=1)
+    out.stage_rest_seconds[rows] = rest
+    out.memory_fixed_stage[rows, :C] = fixed
+    out.memory_per_microbatch_stage[rows, :C] = per_mb
+    out.memory_stage_index[rows, :C] = stage_idx
+    if out.stage_seconds is not None:
+        per_stage = [(out.stage_seconds, stage_seconds), (out.stage_memory_bytes, totals), (out.stage_recomputed_layers, k_rec)]
+        for key, value in zip(STAGE_STEP_TERMS, (dp_stage, fsdp_per_step, opt_stage)):
+            per_stage.append((out.stage_step_terms[key], value))
+        for field_, value in per_stage:
+            field_[np.ix_(rows, np.arange(P))] = value
+    out.hardware_flops[rows] = mb * t.dp * t.cp * t.tp * (flops * mult).sum(axis=1)
     ranks = layout.rank_decoders()
     for r in rows:
         out.stage_layers[r] = ranks
@@ -251,17 +294,20 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     n = np.maximum(n_layers, 1)[None, :]
     c_f, c_b = fwd / n, bwd / n
     ag_total = rs_total = copies = 0.0
+    reps, config_of = _per_group_config(b)
     # dense weights shard over the ZeRO group; routed experts over their expert-data-parallel
     # group (strided by ep x etp: often one rank per node), each with its own collectives
     for j in range(len(dense_layer)):
-        for params, group in ((dense_layer[j] / t.tp, b.group("zero")), (routed_layer[j] / (t.ep * t.etp), b.group("edp"))):
+        for params_of, name in ((lambda x: dense_layer[j] / x.tp, "zero"), (lambda x: routed_layer[j] / (x.ep * x.etp), "edp")):
+            params = np.broadcast_to(params_of(t), (len(t),))
             if not np.any(params):
                 continue
-            ag = b.collective(Collective.all_gather, params * tr.weight_bytes_per_param, group)
-            rs = b.collective(Collective.reduce_scatter, params * tr.grad_reduce_bytes_per_param, group)
+            rep_params = params_of(reps.tab)
+            ag = reps.collective(Collective.all_gather, rep_params * tr.weight_bytes_per_param, reps.group(name))[config_of]
+            rs = reps.collective(Collective.reduce_scatter, rep_params * tr.grad_reduce_bytes_per_param, reps.group(name))[config_of]
             ag_total = ag_total + counts[j][None, :] * ag[:, None]
             rs_total = rs_total + counts[j][None, :] * rs[:, None]
-            copies = copies + counts[j][None, :] * np.broadcast_to(params, (len(t),))[:, None]
+            copies = copies + counts[j][None, :] * params[:, None]
     a, r = ag_total / n, rs_total / n
     reshard = (t.reshard == 1)[:, None]
     per_mb_sync = (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))[:, None]
@@ -281,30 +327,45 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     return np.where(on, per_microbatch, 0.0), np.where(on, per_step, 0.0), np.where(on, b.hbm_seconds(copy_bytes), 0.0)
 
 
+# The plan columns that place the data-parallel and ZeRO groups (with the layout, fixed within
+# one evaluation group): the collectives are costed once per distinct combination.
+GROUP_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "order", "shard")
+
+
+def _per_group_config(b: Batch) -> tuple[Batch, np.ndarray]:
+    """(a batch of one plan per distinct GROUP_COLUMNS row, the row of every plan in it)."""
+    first, config_of = row_groups(*(getattr(b.tab, c) for c in GROUP_COLUMNS))
+    return Batch(b.model, b.cluster, b.training, b.params, b.tab.take(first)), config_of
+
+
 def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     """Gradient reduction after the last micro-batch, overlapped with its backward (Megatron
     --overlap-grad-reduce); ZeRO-1/2 add the parameter AllGather (overlapped with the next
     step's first forward). Per plan x stage."""
     t, tr, prm = b.tab, b.training, b.params
     ov = prm.comm.dp_overlap
+    reps, config_of = _per_group_config(b)
+    first = np.unique(config_of, return_index=True)[1]
     total = 0.0
-    for count, group in ((dense, b.group("dpcp")), (routed, b.group("edp"))):
-        ar = b.collective(Collective.all_reduce, count * tr.grad_reduce_bytes_per_param, group)
-        rs = b.collective(Collective.reduce_scatter, count * tr.grad_reduce_bytes_per_param, group)
-        ag = b.collective(Collective.all_gather, count * tr.weight_bytes_per_param, group)
+    for count, name in ((dense, "dpcp"), (routed, "edp")):
+        group = reps.group(name)
+        rep_count = count[first]  # a group configuration fixes tp, ep, etp: the same counts
+        ar, rs, ag = (reps.collective(op, rep_count * nbytes, group)[config_of] for op, nbytes in (
+            (Collective.all_reduce, tr.grad_reduce_bytes_per_param), (Collective.reduce_scatter, tr.grad_reduce_bytes_per_param),
+            (Collective.all_gather, tr.weight_bytes_per_param)))
         sharded = np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd)
         total = total + np.where(t.zero[:, None] == 0, np.maximum(0.0, ar - ov * bwd), sharded)
     off = (t.zero == 3) | (t.dp * t.cp == 1) | tr.frozen_weights
     return np.where(off[:, None], 0.0, total)
 
 
-def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
-    """Bytes per GPU by component, per plan x stage; also the parts that do not scale with
-    in-flight micro-batches (weights, gradients, optimizer, working buffers) and one
-    micro-batch's activations, both before fragmentation."""
+def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed):
+    """Bytes per GPU by component, per plan x kept stage (stage_idx of a P-stage pipeline); also
+    the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
+    working buffers) and one micro-batch's activations, both before fragmentation."""
     t, tr, mem, m = b.tab, b.training, b.params.memory, b.model
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
-    P = layout.pp
+    C = len(stage_idx)
     zero = col(t.zero)
     shard_d, shard_r = col(b.zero_shard), col(b.expert_dp)
 
@@ -324,14 +385,12 @@ def _memory(b: Batch, layout, kinds, counts, n_layers, k_rec, dense, routed):
     full = [layer_activation_bytes(b, i) for i in kinds]
     share = k_rec / np.maximum(n_layers, 1)
     per_mb = sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(recomputed_input_bytes(b))
-    stage = np.arange(P)[None, :]
-    held = in_flight_microbatches(stage, col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
+    held = in_flight_microbatches(stage_idx[None, :], col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
     out["activations"] = per_mb * held
-    first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(P)])
+    first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P
     working = np.where(k_rec > 0, full_first, 0.0)  # one layer rebuilt during its backward
-    last = np.zeros(P)
-    last[-1] = 1.0
+    last = (stage_idx == P - 1).astype(float)
     working = working + last * col(6 * b.tokens * m.vocab_size / t.tp)  # bf16 + fp32 logits
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)

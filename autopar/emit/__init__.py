@@ -35,6 +35,22 @@ def emit(job: EmitJob, fmt: str) -> list[Artefact]:
     return emitters[fmt](job)
 
 
+def refusals(job: EmitJob, fmt: str) -> list[str]:
+    """Why the framework would not run this plan as planned: one '[rule] detail' per broken rule of
+    its config code (the emitter's checks), [] when `emit` writes launchers that run it. For
+    `search --emit F` / `--framework F`: keep the plans with no refusal."""
+    from autopar.emit.bridge import check_bridge
+    from autopar.emit.deepspeed import check_deepspeed
+    from autopar.emit.megatron import check_megatron
+    from autopar.emit.torchtitan import check_torchtitan
+
+    checks = {"megatron": lambda j: check_megatron(j), "deepspeed": lambda j: check_deepspeed(j)[0],
+              "torchtitan": lambda j: check_torchtitan(j)[0], "megatron-bridge": lambda j: check_bridge(j)[0]}
+    if fmt not in checks:
+        raise InputError("format", fmt, f"must be one of {', '.join(FORMATS)}")
+    return [str(v) for v in checks[fmt](job).found]
+
+
 def write_artefacts(artefacts: list[Artefact], out_dir: str | Path) -> list[Path]:
     """Write artefacts under out_dir (created); scripts get the executable bit."""
     out = Path(out_dir)
@@ -54,4 +70,4 @@ def emit_results(results, fmt: str, out_dir: str | Path, rank: int = 1) -> list[
     return write_artefacts(emit(job_from_results(results, rank), fmt), out_dir)
 
 
-__all__ = ["Artefact", "EmitJob", "FORMATS", "RuleViolation", "Violation", "canonical_plan", "emit", "emit_results", "job_from_results", "write_artefacts"]
+__all__ = ["Artefact", "EmitJob", "FORMATS", "RuleViolation", "Violation", "canonical_plan", "emit", "emit_results", "job_from_results", "refusals", "write_artefacts"]

@@ -1,5 +1,10 @@
 """Megatron-Bridge: recipe overrides (cfg.model.*, cfg.train.*, cfg.dataset.seq_length,
-cfg.ddp.*, mixed precision) as a runnable Python script and as YAML overrides.
+cfg.ddp.*) plus the mixed-precision and comm-overlap objects, as a runnable Python script.
+Every recipe default that changes the plan is set explicitly: the pipeline layout, uneven stages
+and account_for_* split, MTP layers, MoE dispatcher and router, and the precision recipe's
+grad_reduce_in_fp32 (Bridge's runtime_config_update applies the precision recipe over cfg.ddp).
+YAML overrides are not written: merged into a recipe whose comm_overlap or mixed_precision is not
+a dataclass they become plain dicts (a crash), and they cannot carry the precision object.
 
 Names and rules: shared/reference/launchers.md section 4.2 (Megatron-Bridge 067f987d). Bridge
 checks world/DP, the eval batch, CP sequence length and the PP dtype itself and delegates the
@@ -8,11 +13,11 @@ rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as 
 
 from __future__ import annotations
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
+from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block
 from autopar.emit.megatron import (
-    CP_COMM_TYPE, FSDP_STRATEGY, check_megatron, hierarchical_cp_sizes, max_position_embeddings, needs_max_connections_1,
-    stage_layout_string,
+    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
 )
+from autopar.emit.megatron_model import DISPATCHER
 from autopar.specs.plan import CpAlgo, Recompute
 from autopar.specs.training import Precision
 
@@ -28,14 +33,7 @@ RECIPES = {
 
 
 def recipe_for(job: EmitJob) -> tuple[str, str]:
-    m = job.model
-    if m.name in RECIPES:
-        return RECIPES[m.name]
-    if m.mla is not None:
-        return RECIPES["deepseek-v3"]
-    if m.is_moe:
-        return "megatron.bridge.recipes.qwen", "qwen3_30b_a3b_pretrain_config"
-    return RECIPES["llama3-8b"]
+    return RECIPES[job.model.name]
 
 
 def precision_name(job: EmitJob) -> str:
@@ -59,22 +57,7 @@ def _model_overrides(job: EmitJob) -> dict:
         "model.sequence_parallel": plan.sequence_parallel,
         "model.seq_length": t.seq_len,
     }
-    if plan.pp > 1:
-        o["model.pipeline_dtype"] = "torch.float16" if t.precision == Precision.fp16 else "torch.bfloat16"
-        stages = plan.layers_per_stage(m.num_layers)
-        try:
-            ends = uneven_first_last(stages)
-            layout = ends is not None and (ends[0] % plan.vpp or ends[1] % plan.vpp)
-        except ValueError:
-            ends, layout = None, True
-        if layout:
-            o["model.pipeline_model_parallel_layout"] = stage_layout_string(stages, plan.vpp)
-            o["model.virtual_pipeline_model_parallel_size"] = None
-        else:
-            o["model.virtual_pipeline_model_parallel_size"] = plan.vpp if plan.vpp > 1 else None
-            if ends is not None:
-                o["model.num_layers_in_first_pipeline_stage"] = ends[0]
-                o["model.num_layers_in_last_pipeline_stage"] = ends[1]
+    o.update(_pipeline_overrides(job))
     if plan.cp > 1:
         o["model.cp_comm_type"] = CP_COMM_TYPE[plan.cp_algo]
         if plan.cp_algo == CpAlgo.hybrid:
@@ -85,15 +68,14 @@ def _model_overrides(job: EmitJob) -> dict:
     if plan.recompute == Recompute.selective:
         o.update({"model.recompute_granularity": "selective", "model.recompute_method": None, "model.recompute_num_layers": None})
     elif plan.recompute == Recompute.full:
-        n = plan.recompute_num_layers
+        n = full_recompute_layers(plan)
         o.update({"model.recompute_granularity": "full", "model.recompute_method": "uniform" if n is None else "block",
                   "model.recompute_num_layers": 1 if n is None else max(1, n // plan.vpp)})
     else:
         o["model.recompute_granularity"] = None
     # The recipe's provider is resized to the autopar ModelSpec (a no-op for a matching recipe).
     o.update({"model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size, "model.ffn_hidden_size": m.ffn_hidden_size,
-              "model.num_attention_heads": m.num_attention_heads, "model.vocab_size": m.vocab_size,
-              "model.max_position_embeddings": max_position_embeddings(m, t.seq_len)})
+              "model.num_attention_heads": m.num_attention_heads, "model.vocab_size": m.vocab_size})
     o["model.gated_linear_unit"] = m.gated_mlp
     o["model.share_embeddings_and_output_weights"] = m.tied_embeddings
     if m.mla is None:
@@ -103,11 +85,43 @@ def _model_overrides(job: EmitJob) -> dict:
         o.update({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
                   "model.qk_head_dim": m.mla.qk_nope_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_rope_head_dim,
                   "model.v_head_dim": m.mla.v_head_dim})
+    # recipes carry MTP and MoE defaults of their own (DeepSeek-V3: MTP 1, flex dispatcher): set them all
+    o["model.mtp_num_layers"] = m.mtp_num_layers or None
     if m.is_moe:
         o.update({"model.num_moe_experts": m.num_experts, "model.moe_router_topk": m.moe_top_k,
                   "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size,
                   "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_ffn_size or None,
-                  "model.moe_layer_freq": [int(m.is_moe_layer(i)) for i in range(m.num_layers)]})
+                  "model.moe_layer_freq": [int(m.is_moe_layer(i)) for i in range(m.num_layers)],
+                  "model.moe_router_score_function": m.moe_router_score_function.value,
+                  "model.moe_router_enable_expert_bias": m.moe_router_expert_bias,
+                  "model.moe_router_num_groups": m.moe_router_num_groups, "model.moe_router_group_topk": m.moe_router_group_topk,
+                  "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
+                  "model.moe_token_dispatcher_type": DISPATCHER[plan.dispatcher],
+                  "model.overlap_moe_expert_parallel_comm": plan.ep_overlap})
+        if DISPATCHER[plan.dispatcher] == "flex":
+            o["model.moe_flex_dispatcher_backend"] = "deepep"
+    return o
+
+
+def _pipeline_overrides(job: EmitJob) -> dict:
+    """Every pipeline-split field set explicitly (the recipe may carry a layout, uneven stages or
+    account_for_* of its own): the layout string or first/last counts Megatron-LM would get."""
+    plan, t = job.plan, job.training
+    o: dict = {"model.pipeline_model_parallel_layout": None, "model.virtual_pipeline_model_parallel_size": None,
+               "model.num_layers_in_first_pipeline_stage": None, "model.num_layers_in_last_pipeline_stage": None,
+               "model.account_for_embedding_in_pipeline_split": False, "model.account_for_loss_in_pipeline_split": False,
+               "model.pipeline_dtype": None}
+    if plan.pp == 1:
+        return o
+    o["model.pipeline_dtype"] = "torch.float16" if t.precision == Precision.fp16 else "torch.bfloat16"
+    for group in _layout_flags(job):
+        key = {"--pipeline-model-parallel-layout": "model.pipeline_model_parallel_layout",
+               "--num-virtual-stages-per-pipeline-rank": "model.virtual_pipeline_model_parallel_size",
+               "--decoder-first-pipeline-num-layers": "model.num_layers_in_first_pipeline_stage",
+               "--decoder-last-pipeline-num-layers": "model.num_layers_in_last_pipeline_stage"}[group[0]]
+        o[key] = group[1] if key.endswith("layout") else int(group[1])
+    if o["model.pipeline_model_parallel_layout"] is not None and plan.vpp > 1:
+        o["model.virtual_pipeline_model_parallel_size"] = plan.vpp
     return o
 
 
@@ -120,12 +134,10 @@ def bridge_overrides(job: EmitJob) -> dict:
         "train.global_batch_size": t.global_batch_size,
         "train.train_iters": 1000,
         "dataset.seq_length": t.seq_len,
-        "mixed_precision": precision_name(job),
         "ddp.use_distributed_optimizer": plan.zero >= 1,
         "optimizer.use_distributed_optimizer": plan.zero >= 1,
         "ddp.overlap_grad_reduce": True,
         "ddp.overlap_param_gather": plan.zero >= 1,
-        "ddp.grad_reduce_in_fp32": t.grad_reduce_bytes_per_param >= 4,
         "ddp.use_megatron_fsdp": plan.zero >= 2,
         "dist.use_tp_pp_dp_mapping": plan.order.value == "tp-cp-ep-pp-dp",
     })
@@ -134,7 +146,6 @@ def bridge_overrides(job: EmitJob) -> dict:
         o["checkpoint.ckpt_format"] = "fsdp_dtensor"
     if plan.zero >= 1 and plan.zero_shard_size is not None and (job.dp * plan.cp) // plan.zero_shard_size > 1:
         o["ddp.num_distributed_optimizer_instances"] = (job.dp * plan.cp) // plan.zero_shard_size
-    o["comm_overlap.tp_comm_overlap"] = plan.tp > 1 and plan.tp_comm_overlap
     return o
 
 
@@ -167,6 +178,9 @@ def validate_bridge(o: dict, world: int, rules: Rules) -> Rules:
 def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     rules = Rules(FRAMEWORK)
     check_common(job, rules)
+    rules.check(job.model.name in RECIPES, "a Megatron-Bridge recipe for the model",
+                f"{job.model.name}: autopar maps {', '.join(sorted(RECIPES))} to their recipes; another recipe would train a different network",
+                "megatron/bridge/recipes")
     if rules.found:
         return rules, None
     o = bridge_overrides(job)
@@ -177,33 +191,6 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     return rules, o
 
 
-def _yaml_value(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(map(str, value)) + "]"  # flow style: ints only
-    if isinstance(value, str):
-        return f'"{value}"'
-    return str(value)
-
-
-def render_yaml(job: EmitJob, o: dict) -> str:
-    notes = ["YAML overrides for a Megatron-Bridge recipe script (e.g. examples/.../pretrain_*.py --config-file this.yaml).",
-             "comm_overlap must be a CommOverlapConfig in the recipe for comm_overlap.tp_comm_overlap to apply."]
-    sections: dict[str, list[str]] = {}
-    top: list[str] = []
-    for key, value in o.items():
-        if "." in key:
-            head, rest = key.split(".", 1)
-            sections.setdefault(head, []).append(f"  {rest}: {_yaml_value(value)}")
-        else:
-            top.append(f"{key}: {_yaml_value(value)}")
-    body = "".join(f"{name}:\n" + "\n".join(lines) + "\n" for name, lines in sections.items())
-    return comment_block(header_lines(job, FRAMEWORK, notes)) + body + "\n".join(top) + "\n"
-
-
 def _py_value(key: str, value: object) -> str:
     if key == "model.pipeline_dtype" and isinstance(value, str):
         return value  # torch.bfloat16
@@ -212,11 +199,8 @@ def _py_value(key: str, value: object) -> str:
 
 def render_script(job: EmitJob, o: dict) -> str:
     module, fn = recipe_for(job)
-    notes = [f"Recipe: {module}.{fn}(); the overrides below resize and re-plan it.",
+    notes = [f"Recipe: {module}.{fn}(); the overrides below re-plan it and set every recipe default that would change the plan.",
              "Launch with launch_megatron_bridge.sh (torchrun on every node)."]
-    if job.model.name not in RECIPES:
-        notes.append(f"No Megatron-Bridge recipe for {job.model.name}: check the settings autopar does not model "
-                     "(normalization, qk-layernorm, router scoring, RoPE) against your checkpoint.")
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
     return f'''{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 """Megatron-Bridge pretraining with the autopar plan applied to the {fn} recipe."""
@@ -225,12 +209,14 @@ import torch
 
 from {module} import {fn}
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.pretrain import pretrain
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 OVERRIDES = {{
 {lines}
 }}
+MIXED_PRECISION = {precision_name(job)!r}
+GRAD_REDUCE_IN_FP32 = {job.training.grad_reduce_bytes_per_param >= 4!r}  # the precision recipe's own default would win otherwise
+TP_COMM_OVERLAP = {job.plan.tp > 1 and job.plan.tp_comm_overlap!r}
 
 
 def apply_overrides(cfg, overrides):
@@ -238,18 +224,26 @@ def apply_overrides(cfg, overrides):
         *parents, name = path.split(".")
         target = cfg
         for part in parents:
-            if getattr(target, part) is None and part == "comm_overlap":
-                setattr(target, part, CommOverlapConfig(tp_comm_overlap=False))
             target = getattr(target, part)
+        if name not in {{f for f in getattr(type(target), "__dataclass_fields__", {{}})}}:
+            raise AttributeError(f"{{type(target).__name__}} has no field {{name!r}}: this Megatron-Bridge does not match the plan")
         setattr(target, name, value)
     return cfg
 
 
 def autopar_config():
-    return apply_overrides({fn}(), OVERRIDES)
+    cfg = apply_overrides({fn}(), OVERRIDES)
+    precision = get_mixed_precision_config(MIXED_PRECISION)
+    precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
+    cfg.mixed_precision = precision
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    return cfg
 
 
 if __name__ == "__main__":
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
     pretrain(autopar_config(), forward_step)
 '''
 
@@ -272,6 +266,5 @@ def emit_bridge(job: EmitJob) -> list[Artefact]:
     rules.refuse_if_any(job.plan.text())
     return [
         Artefact("pretrain_megatron_bridge.py", render_script(job, o)),
-        Artefact("megatron_bridge_overrides.yaml", render_yaml(job, o)),
         Artefact("launch_megatron_bridge.sh", render_launcher(job), executable=True),
     ]

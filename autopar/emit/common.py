@@ -158,15 +158,12 @@ def uneven_first_last(stages: list[int]) -> tuple[int, int] | None:
 def canonical_plan(plan: Plan, model: ModelSpec, num_gpus: int) -> Plan:
     """The plan with every derived value made explicit, so two spellings of one plan compare
     equal: dp, sp and schedule resolved; etp null when it equals tp; first/last stage layers set
-    exactly when the stage split is uneven and expressible as first/last + equal middle;
+    replaced by the layout string of every virtual stage;
     recompute_num_layers only with full recompute; zero_shard_size null when it spans dp*cp."""
     dp = plan.data_parallel(num_gpus)
-    stages = plan.layers_per_stage(model.num_layers)
-    try:
-        ends = uneven_first_last(stages)
-    except ValueError:
-        ends = None
-    first, last = ends if ends else (None, None)
+    # the layers of every virtual stage, written as a layout string: one form for first/last
+    # counts, balanced defaults and explicit layouts alike
+    layout = plan.pipeline_layout(model.num_layers, model.mtp_num_layers).text() if plan.pp > 1 else None
     shard = plan.zero_shard_size if plan.zero_shard_size not in (None, dp * plan.cp) else None
     update = {
         "dp": dp,
@@ -174,8 +171,9 @@ def canonical_plan(plan: Plan, model: ModelSpec, num_gpus: int) -> Plan:
         "sp": plan.sequence_parallel,
         "tp_overlap": plan.tp_comm_overlap and plan.tp > 1,
         "schedule": plan.pipeline_schedule,
-        "first_stage_layers": first,
-        "last_stage_layers": last,
+        "first_stage_layers": None,
+        "last_stage_layers": None,
+        "layout": layout,
         "recompute_num_layers": plan.recompute_num_layers if plan.recompute == Recompute.full else None,
         "zero_shard_size": shard,
     }
@@ -190,6 +188,13 @@ def training_key(training: TrainingSpec) -> dict:
         "precision": training.precision,
         "grad_reduce_bytes_per_param": training.grad_reduce_bytes_per_param,
     }
+
+
+def checkpoint_interval_steps(job: EmitJob) -> int | None:
+    """Steps between checkpoints the plan was costed with (issue 11's `autopar plan` puts
+    checkpoint_interval_steps in its estimate); None until an estimate carries it."""
+    value = getattr(job.estimate, "checkpoint_interval_steps", None)
+    return int(value) if value else None
 
 
 def rendezvous_block(job) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines
+from autopar.emit.deepspeed_script import HELPER, render_helper
 from autopar.specs.plan import CpAlgo, Plan, Recompute, Schedule
 from autopar.specs.training import Precision, TrainingSpec
 
@@ -54,11 +55,15 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
                 f"zero_shard_size={plan.zero_shard_size}: MiCS (mics_shard_size) was removed from DeepSpeed 0.19")
     if job.model.is_moe and plan.ep > 1:
         rules.check(plan.expert_tp == 1, "AutoEP expert_tensor_parallel_size == 1", f"etp={plan.expert_tp}")
-    if plan.pp > 1:
-        stages = plan.layers_per_stage(job.model.num_layers)
-        auto = Plan.model_validate({**plan.model_dump(), "first_stage_layers": None, "last_stage_layers": None})
-        rules.check(stages == auto.layers_per_stage(job.model.num_layers), "PipelineModule partition = uniform or parameters",
-                    f"explicit stage layers {stages} need a custom partition in the PipelineModule")
+    rules.check(plan.recompute_num_layers is None and plan.stage_recompute_layers is None,
+                "activation_checkpoint_interval recomputes every layer",
+                f"recompute_num_layers={plan.recompute_num_layers}, stage_recompute_layers={plan.stage_recompute_layers}: "
+                "PipelineModule checkpoints every interval-th layer of every stage alike", "deepspeed/runtime/pipe/module.py")
+    rules.check(not job.model.mtp_num_layers, "no MTP modules", f"mtp_num_layers={job.model.mtp_num_layers}: "
+                "a PipelineModule of decoder LayerSpecs has no multi-token-prediction head", "")
+    if job.model.is_moe:
+        rules.check(plan.dispatcher.value == "alltoall" and not plan.ep_overlap, "MoE dispatch = all-to-all (AutoEP), no EP overlap",
+                    f"dispatcher={plan.dispatcher.value}, ep_overlap={plan.ep_overlap}", "EP")
 
 
 def build_config(job: EmitJob) -> dict:
@@ -154,8 +159,8 @@ def check_deepspeed(job: EmitJob) -> tuple[Rules, dict | None]:
 def render_launcher(job: EmitJob) -> str:
     c = job.cluster
     notes = ["Run on the head node; the pdsh launcher starts every node listed in HOSTFILE (hostname slots=N).",
-             "TRAIN_SCRIPT must call deepspeed.initialize(..., config='ds_config.json')"
-             + ("; build the model as a PipelineModule(num_stages=%d)" % job.plan.pp if job.plan.pp > 1 else "") + "."]
+             f"TRAIN_SCRIPT must call deepspeed.initialize(..., config='ds_config.json') and take the pipeline partition, "
+             f"activation checkpointing and Ulysses groups from {HELPER} (next to this script)."]
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 set -euo pipefail
@@ -165,6 +170,11 @@ GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}
 MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
 MASTER_PORT=${{MASTER_PORT:-29500}}
 TRAIN_SCRIPT=${{TRAIN_SCRIPT:-train.py}}
+if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
+  echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
+  exit 1
+fi
+export PYTHONPATH="$HERE${{PYTHONPATH:+:$PYTHONPATH}}"
 HOSTFILE_ARGS=()
 if [ "$NNODES" -gt 1 ]; then HOSTFILE_ARGS=(--hostfile "${{HOSTFILE:-hostfile}}"); fi
 
@@ -177,7 +187,8 @@ exec deepspeed ${{HOSTFILE_ARGS[@]+"${{HOSTFILE_ARGS[@]}}"}} --num_nodes "$NNODE
 def emit_deepspeed(job: EmitJob) -> list[Artefact]:
     rules, config = check_deepspeed(job)
     rules.refuse_if_any(job.plan.text())
-    return [Artefact(CONFIG, json.dumps(config, indent=2) + "\n"), Artefact(SCRIPT, render_launcher(job), executable=True)]
+    return [Artefact(CONFIG, json.dumps(config, indent=2) + "\n"), Artefact(HELPER, render_helper(job)),
+            Artefact(SCRIPT, render_launcher(job), executable=True)]
 
 
 # ---- round trip ------------------------------------------------------------------------

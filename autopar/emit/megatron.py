@@ -13,9 +13,11 @@ import shlex
 
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block, uneven_first_last
+from autopar.emit.common import (
+    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block, uneven_first_last,
+)
+from autopar.emit.megatron_model import max_position_embeddings, mla_flags, model_flags, moe_flags
 from autopar.emit.megatron_rules import validate_megatron
-from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.training import Precision
 
@@ -147,15 +149,24 @@ def precision_flags(job: EmitJob) -> list[Group]:
     return out
 
 
+def full_recompute_layers(plan: Plan) -> int | None:
+    """Layers each stage recomputes in full (None = all). Megatron has one count for every
+    stage, so per-stage counts pass only when they are all equal (check_megatron refuses others)."""
+    if plan.stage_recompute_layers is not None:
+        return plan.stage_recompute_layers[0]
+    return plan.recompute_num_layers
+
+
 def recompute_flags(job: EmitJob) -> list[Group]:
     plan = job.plan
     if plan.recompute == Recompute.selective:
         return [["--recompute-granularity", "selective"]]
     if plan.recompute == Recompute.full:
-        if plan.recompute_num_layers is None:  # every layer its own checkpoint
+        n = full_recompute_layers(plan)
+        if n is None:  # every layer its own checkpoint
             return [["--recompute-granularity", "full"], ["--recompute-method", "uniform"], ["--recompute-num-layers", "1"]]
         # block: the first N layers of each model chunk; the plan counts layers per stage
-        per_chunk = max(1, plan.recompute_num_layers // plan.vpp)
+        per_chunk = max(1, n // plan.vpp)
         return [["--recompute-granularity", "full"], ["--recompute-method", "block"], ["--recompute-num-layers", str(per_chunk)]]
     return []
 
@@ -175,85 +186,6 @@ def optimizer_flags(job: EmitJob) -> list[Group]:
         instances = (job.dp * plan.cp) // plan.zero_shard_size
         if instances > 1:
             out.append(["--num-distributed-optimizer-instances", str(instances)])
-    return out
-
-
-def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
-    """RoPE models (gated MLP here) only size a cache, so raise it to seq_len; learned absolute
-    embeddings are parameters, so keep the model's value and let the validator refuse."""
-    if model.max_position_embeddings is None:
-        return seq_len
-    return max(model.max_position_embeddings, seq_len) if model.gated_mlp else model.max_position_embeddings
-
-
-def model_flags(job: EmitJob) -> list[Group]:
-    m = job.model
-    out: list[Group] = [
-        ["--num-layers", str(m.num_layers)],
-        ["--hidden-size", str(m.hidden_size)],
-        ["--ffn-hidden-size", str(m.ffn_hidden_size)],
-        ["--num-attention-heads", str(m.num_attention_heads)],
-    ]
-    if m.mla is None:
-        out.append(["--kv-channels", str(m.head_size)])
-        if m.kv_heads < m.num_attention_heads:
-            out.append(["--group-query-attention"])
-            out.append(["--num-query-groups", str(m.kv_heads)])
-    if m.gated_mlp:  # Llama-family conventions (ModelSpec does not carry norm/position types)
-        out += [["--swiglu"], ["--normalization", "RMSNorm"], ["--position-embedding-type", "rope"]]
-    if m.gated_mlp or m.is_moe:
-        out.append(["--disable-bias-linear"])
-    if not m.tied_embeddings:
-        out.append(["--untie-embeddings-and-output-weights"])
-    if not m.dropout:
-        out += [["--attention-dropout", "0.0"], ["--hidden-dropout", "0.0"]]
-    if not job.training.flash_attention:
-        out.append(["--attention-backend", "unfused"])
-    return out
-
-
-def moe_layer_freq(m: ModelSpec) -> str:
-    if m.moe_first_k_dense_layers == 0:
-        return str(m.moe_layer_freq)
-    flags = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
-    runs: list[list[int]] = []
-    for f in flags:
-        if runs and runs[-1][0] == f:
-            runs[-1][1] += 1
-        else:
-            runs.append([f, 1])
-    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
-
-
-def moe_flags(job: EmitJob) -> list[Group]:
-    m, plan = job.model, job.plan
-    if not m.is_moe:
-        return []
-    out: list[Group] = [
-        ["--num-experts", str(m.num_experts)],
-        ["--moe-router-topk", str(m.moe_top_k)],
-        ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)],
-        ["--moe-layer-freq", moe_layer_freq(m)],
-    ]
-    if m.moe_shared_expert_ffn_size:
-        out.append(["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_ffn_size)])
-    if m.moe_top_k == 1:  # topk 1 with softmax scoring needs pre-softmax (1.4 MoE)
-        out.append(["--moe-router-pre-softmax"])
-    if job.training.precision != Precision.fp16:  # grouped GEMM is bf16-only
-        out.append(["--moe-grouped-gemm"])
-    out.append(["--moe-token-dispatcher-type", "alltoall" if plan.ep > 1 else "allgather"])
-    return out
-
-
-def mla_flags(job: EmitJob) -> list[Group]:
-    mla = job.model.mla
-    if mla is None:
-        return []
-    out: list[Group] = [["--multi-latent-attention"]]
-    if mla.q_lora_rank is not None:
-        out.append(["--q-lora-rank", str(mla.q_lora_rank)])
-    out += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
-            ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
     return out
 
 
@@ -287,7 +219,12 @@ def check_megatron(job: EmitJob) -> Rules:
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",
                 "megatron/core/pipeline_parallel/schedules.py")
-    n = job.plan.recompute_num_layers
+    counts = job.plan.stage_recompute_layers
+    if counts is not None:
+        rules.check(len(set(counts)) == 1, "one recompute-num-layers for every pipeline stage",
+                    f"stage_recompute_layers={'/'.join(map(str, counts))}: Megatron-LM recomputes the same number of layers "
+                    "(--recompute-num-layers) on every pipeline stage", "megatron/core/transformer/transformer_block.py _checkpointed_forward")
+    n = full_recompute_layers(job.plan)
     if job.plan.recompute == Recompute.full and n is not None:
         rules.check(n % job.plan.vpp == 0, "recompute-num-layers per model chunk",
                     f"block recompute counts layers per virtual stage: recompute_num_layers({n}) must divide by vpp({job.plan.vpp})")
@@ -335,7 +272,7 @@ TRAIN_ARGS=(
   --log-interval 1
 )
 if [ -n "${{CKPT_DIR:-}}" ]; then
-  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-500}}")
+  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-{checkpoint_interval_steps(job) or 500}}}")
 fi
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\

@@ -40,7 +40,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--tp-comm-overlap", "--use-megatron-fsdp", "--use-torch-fsdp2", "--distribute-saved-activations",
         "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
         "--qk-layernorm", "--multi-latent-attention", "--moe-grouped-gemm", "--moe-router-pre-softmax",
-        "--moe-router-enable-expert-bias", "--moe-shared-expert-gate", "--mock-data",
+        "--moe-router-enable-expert-bias", "--moe-shared-expert-gate", "--mock-data", "--overlap-moe-expert-parallel-comm",
     ]
     for flag in flags:
         p.add_argument(flag, action="store_true")
@@ -126,11 +126,9 @@ def plan_from_megatron(ns: argparse.Namespace, world_size: int) -> Plan:
     vpp = ns.num_virtual_stages_per_pipeline_rank or 1
     if ns.num_layers_per_virtual_pipeline_stage:
         vpp = ns.num_layers // pp // ns.num_layers_per_virtual_pipeline_stage
-    if ns.pipeline_model_parallel_layout:
-        stages, vpp = layout_stage_layers(ns.pipeline_model_parallel_layout, pp)
-        middle = set(stages[1:-1])
-        if len(set(stages)) > 1 and len(middle) <= 1:
-            first, last = stages[0], stages[-1]
+    layout = ns.pipeline_model_parallel_layout
+    if layout:
+        vpp = layout_stage_layers(layout, pp)[1]
     zero = _zero(ns)
     recompute = Recompute(ns.recompute_granularity or "none")
     recompute_layers = None
@@ -147,7 +145,9 @@ def plan_from_megatron(ns: argparse.Namespace, world_size: int) -> Plan:
         schedule="interleaved" if vpp > 1 else "1f1b",
         cp_algo=_CP_ALGO.get(ns.cp_comm_type[0], CpAlgo.ring) if cp > 1 else CpAlgo.ring,
         order=RankOrder.tp_cp_ep_pp_dp if ns.use_tp_pp_dp_mapping else RankOrder.tp_cp_ep_dp_pp,
-        first_stage_layers=first, last_stage_layers=last,
+        first_stage_layers=None if layout else first, last_stage_layers=None if layout else last, layout=layout or None,
+        dispatcher={"flex": "deepep"}.get(ns.moe_token_dispatcher_type, ns.moe_token_dispatcher_type) if ns.num_experts else "alltoall",
+        ep_overlap=ns.overlap_moe_expert_parallel_comm,
     )
 
 

@@ -1,5 +1,6 @@
-"""torchtitan: a Python config module (--module/--config), its torchrun launcher with the
-equivalent --section.option overrides, and the v0.2.2 TOML job file for older installs.
+"""torchtitan: a Python config module (--module/--config) and its torchrun launcher.
+torchtitan dropped TOML job files in 0.3.0 (the v0.2.2 TOML is no longer written); the stock
+config's CLI overrides cannot replace the model's converters, so only the module is emitted.
 
 Names and rules: shared/reference/launchers.md section 3 (HEAD b5bcd76, 2026-08-21; v0.2.2).
 Released Python-config versions differ in the batch keys: HEAD counts tokens
@@ -15,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common
-from autopar.emit.torchtitan_render import render_launcher, render_module, render_toml
-from autopar.specs.plan import CpAlgo, Recompute, Schedule
+from autopar.emit.torchtitan_render import render_launcher, render_module
+from autopar.specs.plan import CpAlgo, Dispatcher, Recompute, Schedule
 from autopar.specs.training import Precision
 
 FRAMEWORK = "torchtitan"
@@ -48,17 +49,18 @@ class TitanConfig:
     compile: dict = field(default_factory=dict)
     activation_checkpoint: str = "selective"
     float8: bool = False
+    float8_skip: list[str] = field(default_factory=lambda: ["lm_head"])  # Linear layers kept in bf16
+    model_kwargs: dict = field(default_factory=dict)  # model_registry keyword arguments
     notes: list[str] = field(default_factory=list)
+
+
+# plan.dispatcher -> DeepSeek-V3 model_registry(moe_comm_backend=...) (models/common/config_utils.py)
+MOE_COMM = {Dispatcher.alltoall: "standard", Dispatcher.deepep: "deepep"}
 
 
 def base_model(job: EmitJob) -> tuple[str, str, str, bool]:
     if job.model.name in MODELS:
         return (*MODELS[job.model.name], True)
-    m = job.model
-    if m.mla is not None:
-        return "deepseek_v3", "deepseek_v3_671b", "671B", False
-    if m.is_moe:
-        return "qwen3", "qwen3_30b_a3b", "30B-A3B", False
     return "llama3", "llama3_8b", "8B", False
 
 
@@ -67,7 +69,7 @@ def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
     stage layers: torchtitan splits L + first_less + last_less evenly over pp*vpp virtual stages
     and takes first_less/last_less off the first/last virtual stage."""
     plan, layers = job.plan, job.model.num_layers
-    stages, vpp = plan.layers_per_stage(layers), plan.vpp
+    stages, vpp = plan.layers_per_stage(layers, job.model.mtp_num_layers), plan.vpp
     middle = stages[1:-1] or [max(stages)]
     k = max(middle)
     ok = len(set(middle)) == 1 and k % vpp == 0 and stages[0] <= k and stages[-1] <= k
@@ -88,8 +90,24 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     schedule = plan.pipeline_schedule
     rules.check(schedule in SCHEDULES, "zero-bubble schedules are multi-stage (>= 2 stages per rank)",
                 f"schedule={schedule.value} with vpp={plan.vpp}: InterleavedZeroBubble/ZBVZeroBubble need vpp >= 2", "PP")
-    rules.check(plan.recompute_num_layers is None, "FullAC wraps every transformer block",
-                f"recompute_num_layers={plan.recompute_num_layers} (partial full recompute) has no torchtitan setting", "ACT")
+    rules.check(plan.recompute_num_layers is None and plan.stage_recompute_layers is None, "FullAC wraps every transformer block",
+                f"recompute_num_layers={plan.recompute_num_layers}, stage_recompute_layers={plan.stage_recompute_layers}: "
+                "partial full recompute has no torchtitan setting", "ACT")
+    rules.check(t.grad_reduce_bytes_per_param >= 4, "gradients reduced in float32 (mixed_precision_reduce has one value)",
+                f"grad_reduce_bytes_per_param={t.grad_reduce_bytes_per_param:g}: torchtitan reduces gradients in float32 only; "
+                "plan with 4-byte gradient reduction", "TT config/configs.py TrainingConfig")
+    rules.check(job.model.name in MODELS, "a torchtitan model registry entry for the model",
+                f"{job.model.name}: torchtitan ships {', '.join(sorted(MODELS))}; another registry model would train a different network", "TT")
+    if job.model.is_moe:
+        rules.check(not plan.ep_overlap, "no EP communication overlap", "ep_overlap=on: torchtitan has no "
+                    "overlap of one micro-batch's expert all-to-all with another's compute", "TT")
+    if job.model.mtp_num_layers and plan.pp > 1:
+        rules.check(False, "MTP modules only without pipeline parallelism",
+                    f"mtp_num_layers={job.model.mtp_num_layers} with pp={plan.pp}: torchtitan's pipeline split "
+                    "(_generate_llm_fqn_per_model_part) places no MTP module", "PP")
+    if job.model.is_moe:
+        rules.check(plan.dispatcher in MOE_COMM, "MoE dispatch in {all-to-all, DeepEP}",
+                    f"dispatcher={plan.dispatcher.value}: torchtitan's moe_comm_backend is standard (all-to-all), deepep or hybridep", "TT")
     if job.model.is_moe and plan.ep > 1:
         rules.check(plan.expert_tp == 1, "no expert tensor parallelism (sparse mesh pp, dp_replicate, efsdp, ep)",
                     f"etp={plan.expert_tp}: expert_tensor_parallel_degree is gone from HEAD; set etp=1", "PD")
@@ -102,9 +120,10 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     plan, t, model = job.plan, job.training, job.model
     module, config, flavor, stock = base_model(job)
     tc = TitanConfig(module, config, flavor, stock)
-    if not stock:
-        tc.notes.append(f"torchtitan has no registry config for {model.name}; the config starts from {module}.{config}: "
-                        f"replace config.model_spec with your model ({model.num_layers} layers, hidden {model.hidden_size}).")
+    if model.is_moe:  # DeepSeek-V3: the plan's dispatch and the model's MTP modules
+        tc.model_kwargs = {"attn_backend": "flex", "moe_comm_backend": MOE_COMM.get(plan.dispatcher, "standard"),
+                           "num_mtp_layers": model.mtp_num_layers}
+        tc.float8_skip = ["lm_head", "router.gate"]
     dp, m = job.dp, job.num_microbatches
     shard = dp if plan.zero >= 1 else 1
     if plan.zero >= 1 and plan.zero_shard_size is not None:
@@ -116,6 +135,8 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
         p["fsdp_reshard_after_forward"] = "never"
         tc.notes.append(f"torchtitan has no optimizer-only ZeRO-{plan.zero}; FSDP2 with reshard_after_forward=never "
                         "shards gradients and optimizer states (ZeRO-2 memory, same traffic).")
+    elif plan.zero == 3:  # the plan's resolved choice, not torchtitan's default (which depends on PP)
+        p["fsdp_reshard_after_forward"] = "always" if plan.reshard_after_forward else "never"
     p["tensor_parallel_degree"] = plan.tp
     p["enable_sequence_parallel"] = plan.sequence_parallel
     p["pipeline_parallel_degree"] = plan.pp
@@ -144,14 +165,12 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     # CUDA graphs reject PP > 1, and EP > 1 with the stock (host-synchronizing) dispatchers
     # (torchtitan 0.3.0 trainer.py _validate_cuda_graphs; found by the integration test).
     tc.training_python = {"disable_cuda_graphs": plan.pp > 1 or plan.ep > 1}
-    if t.grad_reduce_bytes_per_param < 4:
-        tc.notes.append("torchtitan reduces gradients in float32 (mixed_precision_reduce has one choice); "
-                        "the estimate assumed 2-byte gradient reduction.")
-    if plan.tp > 1 and plan.tp_comm_overlap:
-        tc.compile = {"enable": True, "enable_async_tensor_parallel": True}
+    # Async TP and Float8 need the model compiled (CompileConfig.__post_init__ in 0.3.0)
+    async_tp = plan.tp > 1 and plan.tp_comm_overlap
     tc.float8 = t.precision == Precision.fp8
-    if tc.float8:
-        tc.compile["enable"] = True
+    tc.compile = {"enable_async_tensor_parallel": async_tp}
+    if async_tp or tc.float8:
+        tc.compile.update({"enable": True, "components": ["model", "loss"]})
     tc.activation_checkpoint = AC_MODES[plan.recompute]
     return tc
 
@@ -215,5 +234,4 @@ def emit_torchtitan(job: EmitJob) -> list[Artefact]:
     return [
         Artefact("autopar_torchtitan.py", render_module(job, tc)),
         Artefact("launch_torchtitan.sh", render_launcher(job, tc), executable=True),
-        Artefact("torchtitan_v0.2.2.toml", render_toml(job, tc)),
     ]

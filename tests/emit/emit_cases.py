@@ -22,11 +22,15 @@ def fixed_estimate(plan_text: str, num_gpus: int, dp: int, m: int, stages: list[
     )
 
 
+FP32_REDUCE = {"grad_reduce_bytes_per_param": 4.0, "grad_bytes_per_param": 4.0}  # gradients reduced in fp32
+BF16_REDUCE = {"grad_reduce_bytes_per_param": 2.0}  # gradients reduced in bf16 (Megatron --grad-reduce-in-bf16)
+
+
 def make_job(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int, plan: str,
-             precision: str = "bf16", **training) -> EmitJob:
+             precision: str = "bf16", extra: dict | None = None, **training) -> EmitJob:
     spec = load_model(model)
     clus = load_cluster(cluster).with_gpus(gpus)
-    train = TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision), **training)
+    train = TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision), **(extra or {}), **training)
     p = parse_plan(plan)
     dp = gpus // (p.tp * p.cp * p.pp)
     m = global_batch // (dp * p.mbs) if global_batch % (dp * p.mbs) == 0 else 0
@@ -37,13 +41,40 @@ def make_job(model: str, cluster: str, gpus: int, seq_len: int, global_batch: in
     return EmitJob(spec, clus, train, p, fixed_estimate(p.text(), gpus, dp, m, stages), rank=1, version=TEST_VERSION)
 
 
-# The six golden plans of issue 5, plus MLA with uneven stages.
+# The plans of issue 14 (the eleven kinds checked with the real frameworks, plus the plan-language
+# cases), each emitted in every format; the integration tests load every artefact with the
+# framework's own code (tests/emit/test_emit_frameworks.py).
 GOLDEN_CASES = {
-    "dense_1f1b": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=2,pp=2,mbs=2,zero=1,recompute=none"),
-    "interleaved_vpp": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,zero=1,recompute=selective"),
-    "gqa_sp": ("llama3-405b", "dgx-h100-superpod", 1024, 8192, 1024, "tp=8,sp=on,pp=16,zero=1,recompute=selective"),
-    "long_context_cp": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=4,cp=4,cp_algo=ring,zero=1,recompute=full"),
+    # Llama-3 8B, tp 2 x pp 2 (a plain 1F1B pipeline)
+    "dense_1f1b": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=2,pp=2,mbs=2,zero=1,recompute=none", "bf16", BF16_REDUCE),
+    # Llama-3 8B FSDP (ZeRO-3) on one node of 8 GPUs
+    "fsdp_zero3": ("llama3-8b", "dgx-h100", 8, 8192, 128, "tp=1,pp=1,zero=3,recompute=full", "bf16", FP32_REDUCE),
+
+    # Llama-3 70B tp 8 x pp 4 x vpp 5
+    "interleaved_vpp": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,zero=1,recompute=selective", "bf16", FP32_REDUCE),
+
+    # Llama-3 70B, pp 8 without tensor parallelism (a plan DeepSpeed's PipelineModule runs)
+    "pp8_no_tp": ("llama3-70b", "dgx-h100", 64, 4096, 512, "tp=1,pp=8,zero=1,recompute=full"),
+    # Llama-3.1 405B on 16,384 H100 (Dubey et al. 2024 section 3.3: tp 8, pp 16, 2,048 x 8K tokens)
+    "gqa_sp": ("llama3-405b", "dgx-h100-superpod", 16384, 8192, 2048, "tp=8,sp=on,pp=16,zero=1,recompute=selective", "bf16", FP32_REDUCE),
+
+    # 128K context: ring CP with tp 4, and Ulysses CP without TP
+    "long_context_cp": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=4,cp=4,cp_algo=ring,zero=1,recompute=full", "bf16", FP32_REDUCE),
+
+    "long_context_ulysses": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=1,cp=8,cp_algo=ulysses,zero=3,recompute=full", "bf16", BF16_REDUCE),
+    # Mixtral 8x7B with expert parallelism and expert tensor parallelism
     "moe_ep_etp": ("mixtral-8x7b", "dgx-h100", 64, 4096, 512, "tp=4,pp=2,ep=4,etp=2,zero=1,recompute=selective"),
-    "fsdp_zero3": ("llama3-8b", "dgx-h100", 16, 8192, 128, "tp=1,pp=1,zero=3,recompute=full"),
-    "mla_uneven": ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64,zero=1,recompute=full"),
+    # DeepSeek-V3 on 2,048 H800: pp 16 x ep 64 (uneven balanced stages), and tp 2 x ep 64 with DeepEP
+    "mla_uneven": ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64,zero=1,recompute=full", "bf16", FP32_REDUCE),
+
+    "mla_tp_deepep": ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=2,pp=1,ep=64,etp=1,zero=1,recompute=full,dispatcher=deepep", "bf16", FP32_REDUCE),
+
+    # Llama-3 70B in FP8 (delayed scaling on Hopper)
+    "fp8_70b": ("llama3-70b", "dgx-h100", 64, 8192, 256, "tp=4,pp=2,zero=1,recompute=selective", "fp8", FP32_REDUCE),
+    # plan language: an explicit uneven layout over pp 4 x vpp 2, FSDP with pipeline parallelism,
+    # and full recompute with a different layer count per pipeline stage
+    "uneven_vpp_layout": ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,zero=1,recompute=selective,layout=Et*9|t*10|t*10|t*10|t*10|t*10|t*10|t*11L"),
+    "fsdp_pp": ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=2,pp=4,zero=3,recompute=full", "bf16", FP32_REDUCE),
+
+    "stage_recompute": ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4"),
 }

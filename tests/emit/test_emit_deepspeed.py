@@ -17,7 +17,7 @@ GOOD = {
     "zero3_full": ("llama3-8b", "dgx-h100", 16, 8192, 128, "tp=1,zero=3,recompute=full"),
     "zero1_pp": ("llama3-8b", "dgx-h100", 16, 4096, 256, "tp=1,pp=2,mbs=2,zero=1"),
     "zero0_pp_uneven": ("llama3-405b", "dgx-h100-superpod", 1024, 4096, 1024, "tp=1,pp=16,zero=0,recompute=full"),
-    "zero2": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=2,recompute=full,recompute_num_layers=16"),
+    "zero2": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=2,recompute=full"),
     "ulysses": ("llama3-8b", "dgx-h100", 16, 32768, 16, "tp=1,cp=4,cp_algo=ulysses,zero=3"),
     "moe_autoep": ("mixtral-8x7b", "dgx-h100", 16, 4096, 64, "tp=1,ep=8,zero=1"),
 }
@@ -51,14 +51,30 @@ def test_batch_keys_and_pipeline_section():
 
 
 def test_launcher_passes_bash_n(tmp_path):
-    script = emit_deepspeed(make_job(*GOOD["zero3_full"]))[1]
+    script = emit_deepspeed(make_job(*GOOD["zero3_full"]))[-1]
     path = tmp_path / script.name
     path.write_text(script.text)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert "--deepspeed_config" in script.text and "--num_gpus" in script.text
+    assert "this plan needs 16 GPUs" in script.text  # the GPU-count check the torchrun launchers have
+
+
+def test_helper_carries_the_plans_partition():
+    """405B on pp 16: the balanced split is 7 + 14 x 8 + 7 decoder layers (Dubey et al. 2024,
+    section 3.3.2); with the embedding spec on stage 0 and the head on stage 15 the PipelineModule
+    bounds are 0, 8, 16, ..., 120, 128 (8 = embedding + 7 layers; 128 = 126 layers + 2)."""
+    from autopar.emit.deepspeed_script import partition_bounds
+
+    job = make_job(*GOOD["zero0_pp_uneven"])
+    bounds = partition_bounds(job)
+    assert bounds[:3] == [0, 8, 16] and bounds[-2:] == [120, 128] and len(bounds) == 17
+    helper = emit_deepspeed(job)[1]
+    assert helper.name == "autopar_deepspeed.py" and f"PARTS = {bounds!r}" in helper.text
 
 
 REFUSED = [
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=2,recompute=full,recompute_num_layers=16", "bf16",
+     "activation_checkpoint_interval recomputes every layer"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2", "bf16", "tp == 1 without Megatron-DeepSpeed"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,zero=3", "bf16", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,zero=2", "bf16", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),

@@ -50,3 +50,32 @@ def test_every_artefact_has_the_header(golden_job):
                 for needle in ("plan:", "predicted step time 10.000 s", "1,000,000 tokens/s", "MFU 40.0%",
                                "memory 60.00 GB per GPU", "autopar 0.0.0-test"):
                     assert needle in text, f"{case}/{fmt}/{name} lacks {needle!r}"
+
+
+def test_refusals_name_the_rules_emit_refuses_with(golden_job):
+    """`refusals` (for search --emit/--framework) agrees with emit: [] exactly when emit writes files."""
+    from autopar.emit import refusals
+
+    for case in GOLDEN_CASES:
+        job = golden_job(case)
+        for fmt in FORMATS:
+            found = refusals(job, fmt)
+            files = rendered(job, fmt)
+            assert (found == []) == ("REFUSED.txt" not in files), f"{case}/{fmt}"
+            for rule in found:
+                assert rule in files.get("REFUSED.txt", ""), f"{case}/{fmt}: {rule}"
+
+
+def test_framework_report_counts_outcomes(tmp_path):
+    """The closing table (results/emit/frameworks.md) has a row per plan, a column per format and
+    the three counts; a file is written whole (atomic replace)."""
+    from framework_report import write
+
+    outcomes = {("dense_1f1b", "megatron"): "loads as planned", ("dense_1f1b", "deepspeed"): "refused: tp == 1",
+                ("fp8_70b", "megatron"): "DIFFERS: tp: plan 4, framework 2"}
+    target = tmp_path / "out" / "frameworks.md"
+    write(target, outcomes, {k: GOLDEN_CASES[k] for k in ("dense_1f1b", "fp8_70b")})
+    text = target.read_text()
+    assert "| plan | megatron | deepspeed | torchtitan | megatron-bridge |" in text
+    assert text.count("\n| dense_1f1b:") == 1 and "not run" in text
+    assert "1 load as planned, 1 refused with the rule named, 1 differ or are rejected." in text

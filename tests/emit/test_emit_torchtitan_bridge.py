@@ -1,29 +1,39 @@
-"""torchtitan and Megatron-Bridge emitters: the artefacts parse (Python, bash, TOML, YAML),
+"""torchtitan and Megatron-Bridge emitters: the artefacts parse (Python, bash),
 carry the plan's values under the frameworks' names, and refuse what the frameworks reject."""
 
 from __future__ import annotations
 
 import subprocess
-import tomllib
 
 import pytest
-import yaml
 
 from autopar.emit import RuleViolation
-from autopar.emit.bridge import emit_bridge
+from autopar.emit.bridge import bridge_overrides, emit_bridge
 from autopar.emit.torchtitan import emit_torchtitan
-from emit_cases import GOLDEN_CASES, make_job
+from emit_cases import BF16_REDUCE, FP32_REDUCE, GOLDEN_CASES, make_job
+
+
+R4 = FP32_REDUCE  # torchtitan reduces gradients in fp32 only
 
 
 def files(arts) -> dict[str, str]:
     return {a.name: a.text for a in arts}
 
 
-@pytest.mark.parametrize("case", ["dense_1f1b", "interleaved_vpp", "gqa_sp", "long_context_cp", "fsdp_zero3", "mla_uneven"])
+def titan_module(job) -> dict:
+    """The module's top-level constants (PARALLELISM, BATCH_*, TRAINING, COMPILE), read without torchtitan."""
+    import ast
+
+    tree = ast.parse(files(emit_torchtitan(job))["autopar_torchtitan.py"])
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name) and t.id.isupper()}
+
+
+@pytest.mark.parametrize("case", ["interleaved_vpp", "gqa_sp", "long_context_cp", "fsdp_zero3", "mla_tp_deepep", "fp8_70b"])
 def test_torchtitan_artefacts_parse(case, tmp_path):
     out = files(emit_torchtitan(make_job(*GOLDEN_CASES[case])))
+    assert sorted(out) == ["autopar_torchtitan.py", "launch_torchtitan.sh"]  # no v0.2.2 TOML: 0.3.0 reads none
     compile(out["autopar_torchtitan.py"], "autopar_torchtitan.py", "exec")
-    tomllib.loads(out["torchtitan_v0.2.2.toml"])
     script = tmp_path / "launch_torchtitan.sh"
     script.write_text(out["launch_torchtitan.sh"])
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -31,8 +41,7 @@ def test_torchtitan_artefacts_parse(case, tmp_path):
 
 def test_torchtitan_stage_split_reproduces_uneven_stages():
     """126 layers on 16 stages = 7 + 14 x 8 + 7: layers_per_stage 8, one layer less at each end."""
-    toml = tomllib.loads(files(emit_torchtitan(make_job(*GOLDEN_CASES["gqa_sp"])))["torchtitan_v0.2.2.toml"])
-    par = toml["parallelism"]
+    par = titan_module(make_job(*GOLDEN_CASES["gqa_sp"]))["PARALLELISM"]
     assert (par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_first_stage_less_layers"],
             par["pipeline_parallel_last_stage_less_layers"]) == (8, 1, 1)
     # ceil((126 + 1 + 1) / 8) = 16 virtual stages = pp: one stage per rank for 1F1B
@@ -40,22 +49,36 @@ def test_torchtitan_stage_split_reproduces_uneven_stages():
 
 
 def test_torchtitan_batch_keys_in_both_forms():
-    out = files(emit_torchtitan(make_job(*GOLDEN_CASES["interleaved_vpp"])))
-    module, launcher = out["autopar_torchtitan.py"], out["launch_torchtitan.sh"]
-    assert "'num_tokens_per_microbatch_per_dp_rank': 8192" in module and "'num_pp_microbatches': 64" in module
-    assert "'local_batch_size': 64" in module and "'pipeline_parallel_microbatch_size': 1" in module
-    assert "--training.num_tokens_per_train_step 16777216" in launcher and "--module \"$MODULE\" --config \"$CONFIG\"" in launcher
-    assert "--parallelism.enable_sequence_parallel" in launcher and "activation_checkpoint:selective" in launcher
+    consts = titan_module(make_job(*GOLDEN_CASES["interleaved_vpp"]))
+    assert consts["BATCH_TOKENS"]["training"]["num_tokens_per_microbatch_per_dp_rank"] == 8192
+    assert consts["BATCH_TOKENS"]["parallelism"]["num_pp_microbatches"] == 64  # 2048 / (dp 32 x mbs 1)
+    assert consts["BATCH_SEQUENCES"]["training"]["local_batch_size"] == 64
+    assert consts["BATCH_SEQUENCES"]["parallelism"]["pipeline_parallel_microbatch_size"] == 1
+
+
+def test_torchtitan_async_tp_compiles_the_model_and_bf16_has_no_float8():
+    """Async TP needs compile.enable with 'model' in compile.components (0.3.0 CompileConfig);
+    the stock 405B config's Float8 converter is replaced by none for a bf16 plan."""
+    job = make_job(*GOLDEN_CASES["gqa_sp"])
+    compile_cfg = titan_module(job)["COMPILE"]
+    assert compile_cfg == {"enable_async_tensor_parallel": True, "enable": True, "components": ["model", "loss"]}
+    assert "model_registry('405B', converters=None)" in files(emit_torchtitan(job))["autopar_torchtitan.py"]
+    fp8 = files(emit_torchtitan(make_job(*GOLDEN_CASES["fp8_70b"])))["autopar_torchtitan.py"]
+    assert "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)" in fp8
 
 
 def test_torchtitan_zero0_is_ddp_and_zero3_is_fsdp():
-    ddp = tomllib.loads(files(emit_torchtitan(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=0")))["torchtitan_v0.2.2.toml"])
-    fsdp = tomllib.loads(files(emit_torchtitan(make_job(*GOLDEN_CASES["fsdp_zero3"])))["torchtitan_v0.2.2.toml"])
-    assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (16, 1)
-    assert (fsdp["parallelism"]["data_parallel_replicate_degree"], fsdp["parallelism"]["data_parallel_shard_degree"]) == (1, 16)
+    ddp = titan_module(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=0", "bf16", R4))["PARALLELISM"]
+    fsdp = titan_module(make_job(*GOLDEN_CASES["fsdp_zero3"]))["PARALLELISM"]
+    assert (ddp["data_parallel_replicate_degree"], ddp["data_parallel_shard_degree"]) == (16, 1)
+    assert (fsdp["data_parallel_replicate_degree"], fsdp["data_parallel_shard_degree"]) == (1, 8)
 
 
 TITAN_REFUSED = [
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "bf16", "gradients reduced in float32"),  # with BF16_REDUCE below
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,ep=4", "bf16", "a torchtitan model registry entry for the model"),
+    ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64", "bf16", "MTP modules only without pipeline parallelism"),
+    ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4", "bf16", "FullAC wraps every"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=4,cp_algo=ulysses", "bf16", "context parallel is ring attention"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,schedule=zero-bubble", "bf16", "zero-bubble schedules are multi-stage"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "fp16", "precision in {bf16, fp8}"),
@@ -69,30 +92,46 @@ TITAN_REFUSED = [
 @pytest.mark.parametrize("model, cluster, gpus, seq, gbs, plan, precision, rule", TITAN_REFUSED, ids=[r[-1][:40] for r in TITAN_REFUSED])
 def test_torchtitan_refuses_with_the_rule(model, cluster, gpus, seq, gbs, plan, precision, rule):
     with pytest.raises(RuleViolation) as info:
-        emit_torchtitan(make_job(model, cluster, gpus, seq, gbs, plan, precision))
+        emit_torchtitan(make_job(model, cluster, gpus, seq, gbs, plan, precision, BF16_REDUCE if "float32" in rule else R4))
     assert rule in str(info.value)
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+BRIDGE_CASES = [c for c in sorted(GOLDEN_CASES) if GOLDEN_CASES[c][0] != "mixtral-8x7b" and c != "stage_recompute"]
+
+
+@pytest.mark.parametrize("case", BRIDGE_CASES)
 def test_bridge_artefacts_parse(case, tmp_path):
     job = make_job(*GOLDEN_CASES[case])
     out = files(emit_bridge(job))
+    assert sorted(out) == ["launch_megatron_bridge.sh", "pretrain_megatron_bridge.py"]  # YAML overrides dropped
     compile(out["pretrain_megatron_bridge.py"], "pretrain_megatron_bridge.py", "exec")
-    overrides = yaml.safe_load(out["megatron_bridge_overrides.yaml"])
-    assert overrides["model"]["tensor_model_parallel_size"] == job.plan.tp
-    assert overrides["model"]["pipeline_model_parallel_size"] == job.plan.pp
-    assert overrides["train"]["global_batch_size"] == job.training.global_batch_size
-    assert overrides["dataset"]["seq_length"] == job.training.seq_len
+    overrides = bridge_overrides(job)
+    assert overrides["model.tensor_model_parallel_size"] == job.plan.tp
+    assert overrides["model.pipeline_model_parallel_size"] == job.plan.pp
+    assert overrides["train.global_batch_size"] == job.training.global_batch_size
     script = tmp_path / "launch.sh"
     script.write_text(out["launch_megatron_bridge.sh"])
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
+def test_bridge_sets_the_recipe_defaults_that_change_the_plan():
+    """DeepSeek-V3 recipe: its layout, MTP and flex dispatcher are replaced by the plan's; the
+    precision recipe's grad_reduce_in_fp32 is set from the plan (bf16_mixed defaults to True)."""
+    job = make_job(*GOLDEN_CASES["mla_uneven"])
+    o = bridge_overrides(job)
+    assert o["model.pipeline_model_parallel_layout"] == job.plan.pipeline_layout(61, 1).text()
+    assert o["model.mtp_num_layers"] == 1 and o["model.moe_token_dispatcher_type"] == "alltoall"
+    assert o["model.moe_router_score_function"] == "sigmoid" and o["model.moe_router_enable_expert_bias"] is True
+    assert (o["model.moe_router_num_groups"], o["model.moe_router_group_topk"]) == (8, 4)
+    assert o["model.account_for_embedding_in_pipeline_split"] is False
+    dense = files(emit_bridge(make_job(*GOLDEN_CASES["dense_1f1b"])))["pretrain_megatron_bridge.py"]
+    assert "GRAD_REDUCE_IN_FP32 = False" in dense and "precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32" in dense
+
+
 def test_bridge_vpp_and_pipeline_dtype():
-    overrides = yaml.safe_load(files(emit_bridge(make_job(*GOLDEN_CASES["interleaved_vpp"])))["megatron_bridge_overrides.yaml"])
-    assert overrides["model"]["virtual_pipeline_model_parallel_size"] == 5
-    assert overrides["model"]["pipeline_dtype"] == "torch.bfloat16"
-    assert overrides["mixed_precision"] == "bf16_mixed"
+    o = bridge_overrides(make_job(*GOLDEN_CASES["interleaved_vpp"]))
+    assert o["model.virtual_pipeline_model_parallel_size"] == 5
+    assert o["model.pipeline_dtype"] == "torch.bfloat16"
 
 
 @pytest.mark.parametrize("model, cluster, gpus, seq, gbs, plan, rule", [

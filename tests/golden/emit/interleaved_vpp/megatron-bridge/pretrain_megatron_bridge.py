@@ -5,7 +5,7 @@
 # plan:     tp=8,pp=4,cp=1,ep=1,vpp=5,mbs=1,zero=1,recompute=selective,sp=on,schedule=interleaved
 # layout:   dp=32, 64 micro-batches per step, stage layers [20, 20, 20, 20]
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
-# note: Recipe: megatron.bridge.recipes.llama.llama3_70b_pretrain_config(); the overrides below resize and re-plan it.
+# note: Recipe: megatron.bridge.recipes.llama.llama3_70b_pretrain_config(); the overrides below re-plan it and set every recipe default that would change the plan.
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the llama3_70b_pretrain_config recipe."""
 
@@ -13,8 +13,7 @@ import torch
 
 from megatron.bridge.recipes.llama import llama3_70b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.pretrain import pretrain
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 OVERRIDES = {
     'model.tensor_model_parallel_size': 8,
@@ -22,8 +21,13 @@ OVERRIDES = {
     'model.context_parallel_size': 1,
     'model.sequence_parallel': True,
     'model.seq_length': 8192,
-    'model.pipeline_dtype': torch.bfloat16,
+    'model.pipeline_model_parallel_layout': None,
     'model.virtual_pipeline_model_parallel_size': 5,
+    'model.num_layers_in_first_pipeline_stage': None,
+    'model.num_layers_in_last_pipeline_stage': None,
+    'model.account_for_embedding_in_pipeline_split': False,
+    'model.account_for_loss_in_pipeline_split': False,
+    'model.pipeline_dtype': torch.bfloat16,
     'model.recompute_granularity': 'selective',
     'model.recompute_method': None,
     'model.recompute_num_layers': None,
@@ -32,25 +36,25 @@ OVERRIDES = {
     'model.ffn_hidden_size': 28672,
     'model.num_attention_heads': 64,
     'model.vocab_size': 128256,
-    'model.max_position_embeddings': 8192,
     'model.gated_linear_unit': True,
     'model.share_embeddings_and_output_weights': False,
     'model.num_query_groups': 8,
     'model.kv_channels': 128,
+    'model.mtp_num_layers': None,
     'train.micro_batch_size': 1,
     'train.global_batch_size': 2048,
     'train.train_iters': 1000,
     'dataset.seq_length': 8192,
-    'mixed_precision': 'bf16_mixed',
     'ddp.use_distributed_optimizer': True,
     'optimizer.use_distributed_optimizer': True,
     'ddp.overlap_grad_reduce': True,
     'ddp.overlap_param_gather': True,
-    'ddp.grad_reduce_in_fp32': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
-    'comm_overlap.tp_comm_overlap': True,
 }
+MIXED_PRECISION = 'bf16_mixed'
+GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
+TP_COMM_OVERLAP = True
 
 
 def apply_overrides(cfg, overrides):
@@ -58,16 +62,24 @@ def apply_overrides(cfg, overrides):
         *parents, name = path.split(".")
         target = cfg
         for part in parents:
-            if getattr(target, part) is None and part == "comm_overlap":
-                setattr(target, part, CommOverlapConfig(tp_comm_overlap=False))
             target = getattr(target, part)
+        if name not in {f for f in getattr(type(target), "__dataclass_fields__", {})}:
+            raise AttributeError(f"{type(target).__name__} has no field {name!r}: this Megatron-Bridge does not match the plan")
         setattr(target, name, value)
     return cfg
 
 
 def autopar_config():
-    return apply_overrides(llama3_70b_pretrain_config(), OVERRIDES)
+    cfg = apply_overrides(llama3_70b_pretrain_config(), OVERRIDES)
+    precision = get_mixed_precision_config(MIXED_PRECISION)
+    precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
+    cfg.mixed_precision = precision
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    return cfg
 
 
 if __name__ == "__main__":
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
     pretrain(autopar_config(), forward_step)

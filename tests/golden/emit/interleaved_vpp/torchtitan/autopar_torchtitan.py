@@ -5,10 +5,10 @@
 # plan:     tp=8,pp=4,cp=1,ep=1,vpp=5,mbs=1,zero=1,recompute=selective,sp=on,schedule=interleaved
 # layout:   dp=32, 64 micro-batches per step, stage layers [20, 20, 20, 20]
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
-# note: Run: PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan
+# note: Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan)
 # note: torchtitan has no optimizer-only ZeRO-1; FSDP2 with reshard_after_forward=never shards gradients and optimizer states (ZeRO-2 memory, same traffic).
 """torchtitan config for one autopar plan: the stock llama3.llama3_70b config with the
-plan's parallelism, batch, precision and activation checkpointing."""
+plan's parallelism, batch, precision, activation checkpointing and model options."""
 
 import dataclasses
 
@@ -48,8 +48,9 @@ TRAINING = {
 }
 
 COMPILE = {
-    'enable': True,
     'enable_async_tensor_parallel': True,
+    'enable': True,
+    'components': ['model', 'loss'],
 }
 
 ACTIVATION_CHECKPOINT = 'selective'
@@ -70,6 +71,9 @@ def autopar_plan():
     batch = BATCH_TOKENS if tokens else BATCH_SEQUENCES
     _set(config.training, {**TRAINING, **batch["training"]})
     _set(config.parallelism, batch["parallelism"])
-    _set(config.compile, COMPILE)
+    # a fresh CompileConfig, so its own check (async TP needs the model compiled) runs
+    config.compile = type(config.compile)(**{**{f.name: getattr(config.compile, f.name) for f in dataclasses.fields(config.compile)}, **COMPILE})
     config.activation_checkpoint = {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}[ACTIVATION_CHECKPOINT]
+    from torchtitan.models.llama3 import model_registry
+    config.model_spec = model_registry('70B', converters=None)
     return config

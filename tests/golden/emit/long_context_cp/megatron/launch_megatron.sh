@@ -54,9 +54,11 @@ MEGATRON_ARGS=(
   --kv-channels 128
   --group-query-attention
   --num-query-groups 8
-  --swiglu
   --normalization RMSNorm
+  --norm-epsilon 1e-05
+  --swiglu
   --position-embedding-type rope
+  --rotary-base 500000
   --disable-bias-linear
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0

@@ -6,8 +6,7 @@
 # plan:     tp=4,pp=1,cp=4,ep=1,vpp=1,mbs=1,zero=1,recompute=full,sp=on,schedule=1f1b,cp_algo=ring
 # layout:   dp=4, 4 micro-batches per step, stage layers [32]
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
-# note: Default: the generated config module (autopar_torchtitan.py next to this script).
-# note: MODULE=llama3 CONFIG=llama3_8b runs the stock config with the OVERRIDES below instead (torchtitan HEAD key names; the stage split and Float8 converter need the module).
+# note: Runs the generated config module (autopar_torchtitan.py next to this script) with torchtitan >= 0.3.0.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-8}
@@ -19,34 +18,8 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne 64 ]; then
   echo "this plan needs 64 GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
   exit 1
 fi
-MODULE=${MODULE:-autopar_torchtitan}
-CONFIG=${CONFIG:-autopar_plan}
-
-OVERRIDES=(
-  --parallelism.data_parallel_replicate_degree 1
-  --parallelism.data_parallel_shard_degree 4
-  --parallelism.fsdp_reshard_after_forward never
-  --parallelism.tensor_parallel_degree 4
-  --parallelism.enable_sequence_parallel
-  --parallelism.pipeline_parallel_degree 1
-  --parallelism.context_parallel_degree 4
-  --parallelism.expert_parallel_degree 1
-  --parallelism.num_pp_microbatches 1
-  --training.mixed_precision_param bfloat16
-  --training.mixed_precision_reduce float32
-  --training.no_disable_cuda_graphs
-  --training.num_tokens_per_microbatch_per_dp_rank 131072
-  --training.num_tokens_per_train_step 2097152
-  --training.max_context_length 131072
-  --compile.enable
-  --compile.enable_async_tensor_parallel
-)
-# tyro reads flags after a subcommand as the subcommand's own, so it goes last
-SUBCOMMAND=(activation_checkpoint:full)
-ARGS=(--module "$MODULE" --config "$CONFIG")
-if [ "$MODULE" = autopar_torchtitan ]; then OVERRIDES=(); SUBCOMMAND=(); fi
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --local-ranks-filter 0 --role rank --tee 3 \
-  -m torchtitan.train "${ARGS[@]}" ${OVERRIDES[@]+"${OVERRIDES[@]}"} "$@" ${SUBCOMMAND[@]+"${SUBCOMMAND[@]}"}
+  -m torchtitan.train --module autopar_torchtitan --config autopar_plan "$@"

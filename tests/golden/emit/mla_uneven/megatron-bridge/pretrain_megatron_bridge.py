@@ -5,7 +5,7 @@
 # plan:     tp=1,pp=16,cp=1,ep=64,vpp=1,mbs=1,zero=1,recompute=full,sp=off,schedule=1f1b
 # layout:   dp=128, 32 micro-batches per step, stage layers [3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2]
 # predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
-# note: Recipe: megatron.bridge.recipes.deepseek.deepseek_v3_pretrain_config(); the overrides below resize and re-plan it.
+# note: Recipe: megatron.bridge.recipes.deepseek.deepseek_v3_pretrain_config(); the overrides below re-plan it and set every recipe default that would change the plan.
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the deepseek_v3_pretrain_config recipe."""
 
@@ -13,8 +13,7 @@ import torch
 
 from megatron.bridge.recipes.deepseek import deepseek_v3_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.pretrain import pretrain
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 OVERRIDES = {
     'model.tensor_model_parallel_size': 1,
@@ -22,10 +21,13 @@ OVERRIDES = {
     'model.context_parallel_size': 1,
     'model.sequence_parallel': False,
     'model.seq_length': 4096,
-    'model.pipeline_dtype': torch.bfloat16,
+    'model.pipeline_model_parallel_layout': 'Et*3|(t*4|)*6,t*5|(t*4|)*7,tmL',
     'model.virtual_pipeline_model_parallel_size': None,
-    'model.num_layers_in_first_pipeline_stage': 3,
-    'model.num_layers_in_last_pipeline_stage': 2,
+    'model.num_layers_in_first_pipeline_stage': None,
+    'model.num_layers_in_last_pipeline_stage': None,
+    'model.account_for_embedding_in_pipeline_split': False,
+    'model.account_for_loss_in_pipeline_split': False,
+    'model.pipeline_dtype': torch.bfloat16,
     'model.expert_model_parallel_size': 64,
     'model.expert_tensor_parallel_size': 1,
     'model.recompute_granularity': 'full',
@@ -36,7 +38,6 @@ OVERRIDES = {
     'model.ffn_hidden_size': 18432,
     'model.num_attention_heads': 128,
     'model.vocab_size': 129280,
-    'model.max_position_embeddings': 163840,
     'model.gated_linear_unit': True,
     'model.share_embeddings_and_output_weights': False,
     'model.q_lora_rank': 1536,
@@ -44,25 +45,33 @@ OVERRIDES = {
     'model.qk_head_dim': 128,
     'model.qk_pos_emb_head_dim': 64,
     'model.v_head_dim': 128,
+    'model.mtp_num_layers': 1,
     'model.num_moe_experts': 256,
     'model.moe_router_topk': 8,
     'model.moe_ffn_hidden_size': 2048,
     'model.moe_shared_expert_intermediate_size': 2048,
     'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    'model.moe_router_score_function': 'sigmoid',
+    'model.moe_router_enable_expert_bias': True,
+    'model.moe_router_num_groups': 8,
+    'model.moe_router_group_topk': 4,
+    'model.moe_router_topk_scaling_factor': 2.5,
+    'model.moe_token_dispatcher_type': 'alltoall',
+    'model.overlap_moe_expert_parallel_comm': False,
     'train.micro_batch_size': 1,
     'train.global_batch_size': 4096,
     'train.train_iters': 1000,
     'dataset.seq_length': 4096,
-    'mixed_precision': 'bf16_mixed',
     'ddp.use_distributed_optimizer': True,
     'optimizer.use_distributed_optimizer': True,
     'ddp.overlap_grad_reduce': True,
     'ddp.overlap_param_gather': True,
-    'ddp.grad_reduce_in_fp32': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
-    'comm_overlap.tp_comm_overlap': False,
 }
+MIXED_PRECISION = 'bf16_mixed'
+GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
+TP_COMM_OVERLAP = False
 
 
 def apply_overrides(cfg, overrides):
@@ -70,16 +79,24 @@ def apply_overrides(cfg, overrides):
         *parents, name = path.split(".")
         target = cfg
         for part in parents:
-            if getattr(target, part) is None and part == "comm_overlap":
-                setattr(target, part, CommOverlapConfig(tp_comm_overlap=False))
             target = getattr(target, part)
+        if name not in {f for f in getattr(type(target), "__dataclass_fields__", {})}:
+            raise AttributeError(f"{type(target).__name__} has no field {name!r}: this Megatron-Bridge does not match the plan")
         setattr(target, name, value)
     return cfg
 
 
 def autopar_config():
-    return apply_overrides(deepseek_v3_pretrain_config(), OVERRIDES)
+    cfg = apply_overrides(deepseek_v3_pretrain_config(), OVERRIDES)
+    precision = get_mixed_precision_config(MIXED_PRECISION)
+    precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
+    cfg.mixed_precision = precision
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    return cfg
 
 
 if __name__ == "__main__":
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
     pretrain(autopar_config(), forward_step)

@@ -51,19 +51,33 @@ MEGATRON_ARGS=(
   --hidden-size 7168
   --ffn-hidden-size 18432
   --num-attention-heads 128
-  --swiglu
   --normalization RMSNorm
+  --norm-epsilon 1e-06
+  --swiglu
   --position-embedding-type rope
+  --rotary-base 10000
+  --rotary-scaling-factor 40
+  --mscale 1
+  --mscale-all-dim 1
+  --yarn-original-max-position-embeddings 4096
+  --yarn-beta-fast 32
+  --yarn-beta-slow 1
   --disable-bias-linear
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0
   --hidden-dropout 0.0
+  --mtp-num-layers 1
   # mixture of experts
   --num-experts 256
   --moe-router-topk 8
   --moe-ffn-hidden-size 2048
   --moe-layer-freq '([0]*3+[1]*58)'
   --moe-shared-expert-intermediate-size 2048
+  --moe-router-score-function sigmoid
+  --moe-router-enable-expert-bias
+  --moe-router-num-groups 8
+  --moe-router-group-topk 4
+  --moe-router-topk-scaling-factor 2.5
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall
   # multi-latent attention

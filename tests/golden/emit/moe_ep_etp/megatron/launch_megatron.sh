@@ -53,9 +53,11 @@ MEGATRON_ARGS=(
   --kv-channels 128
   --group-query-attention
   --num-query-groups 8
-  --swiglu
   --normalization RMSNorm
+  --norm-epsilon 1e-05
+  --swiglu
   --position-embedding-type rope
+  --rotary-base 1000000
   --disable-bias-linear
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0
@@ -65,6 +67,7 @@ MEGATRON_ARGS=(
   --moe-router-topk 2
   --moe-ffn-hidden-size 14336
   --moe-layer-freq 1
+  --moe-router-score-function softmax
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall
 )

@@ -1,0 +1,153 @@
+"""Megatron-LM flags that build the plan's model as itself: shape, normalization, position
+embedding and RoPE scaling, biases, MoE router (score function, expert bias, group-limited
+routing, scaling), token dispatcher, MTP and MLA. Without them Megatron's defaults build a
+different model (LayerNorm, learned positions, softmax router, no MTP).
+
+Flag names: Megatron-LM megatron/training/arguments.py and the TransformerConfig fields it turns
+into flags (megatron-core 0.19.2; shared/reference/launchers.md 1.1-1.3), checked by the
+integration tests with Megatron-LM's own parse_args/validate_args.
+"""
+
+from __future__ import annotations
+
+from autopar.emit.common import EmitJob
+from autopar.specs.model import ModelSpec, Norm, RouterScore
+from autopar.specs.plan import Dispatcher
+from autopar.specs.training import Precision
+
+Group = list[str]
+
+# plan.dispatcher -> --moe-token-dispatcher-type (DeepEP runs under Megatron's 'flex' dispatcher)
+DISPATCHER = {Dispatcher.alltoall: "alltoall", Dispatcher.allgather: "allgather", Dispatcher.deepep: "flex"}
+
+
+def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
+    """RoPE models only size a cache, so raise it to seq_len; learned absolute embeddings are
+    parameters, so keep the model's value and let the validator refuse."""
+    if model.max_position_embeddings is None:
+        return seq_len
+    return max(model.max_position_embeddings, seq_len) if model.position_embedding == "rope" else model.max_position_embeddings
+
+
+def _rope_flags(m: ModelSpec) -> list[Group]:
+    out: list[Group] = []
+    if m.rope_theta is not None:
+        out.append(["--rotary-base", str(int(m.rope_theta))])  # an int flag in Megatron-LM
+    scaling = m.rope_scaling
+    if scaling is None:
+        return out
+    if scaling.type == "llama3":  # Megatron's llama3 scaling: factor given, low/high 1/4, original 8192
+        out += [["--use-rope-scaling"], ["--rope-scaling-factor", f"{scaling.factor:g}"]]
+    elif scaling.type == "yarn":
+        out += [["--rotary-scaling-factor", f"{scaling.factor:g}"]]
+        if scaling.mscale is not None:
+            out.append(["--mscale", f"{scaling.mscale:g}"])
+        if scaling.mscale_all_dim is not None:
+            out.append(["--mscale-all-dim", f"{scaling.mscale_all_dim:g}"])
+        if scaling.original_max_position_embeddings is not None:
+            out.append(["--yarn-original-max-position-embeddings", str(scaling.original_max_position_embeddings)])
+        if scaling.beta_fast is not None:
+            out.append(["--yarn-beta-fast", f"{scaling.beta_fast:g}"])
+        if scaling.beta_slow is not None:
+            out.append(["--yarn-beta-slow", f"{scaling.beta_slow:g}"])
+    return out
+
+
+def model_flags(job: EmitJob) -> list[Group]:
+    m = job.model
+    out: list[Group] = [
+        ["--num-layers", str(m.num_layers)],
+        ["--hidden-size", str(m.hidden_size)],
+        ["--ffn-hidden-size", str(m.ffn_hidden_size)],
+        ["--num-attention-heads", str(m.num_attention_heads)],
+    ]
+    if m.mla is None:
+        out.append(["--kv-channels", str(m.head_size)])
+        if m.kv_heads < m.num_attention_heads:
+            out.append(["--group-query-attention"])
+            out.append(["--num-query-groups", str(m.kv_heads)])
+    out.append(["--normalization", "RMSNorm" if m.normalization == Norm.rmsnorm else "LayerNorm"])
+    out.append(["--norm-epsilon", f"{m.norm_eps:g}"])
+    if m.qk_layernorm and m.mla is None:  # MLA's latent norms are part of --multi-latent-attention
+        out.append(["--qk-layernorm"])
+    if m.gated_mlp:
+        out.append(["--swiglu"])
+    if m.position_embedding == "rope":
+        out.append(["--position-embedding-type", "rope"])
+        out += _rope_flags(m)
+    if not m.linear_bias:
+        out.append(["--disable-bias-linear"])
+    if m.qkv_bias:
+        out.append(["--add-qkv-bias"])
+    if not m.tied_embeddings:
+        out.append(["--untie-embeddings-and-output-weights"])
+    if not m.dropout:
+        out += [["--attention-dropout", "0.0"], ["--hidden-dropout", "0.0"]]
+    if not job.training.flash_attention:
+        out.append(["--attention-backend", "unfused"])
+    if m.mtp_num_layers:
+        out.append(["--mtp-num-layers", str(m.mtp_num_layers)])
+    return out
+
+
+def moe_layer_freq(m: ModelSpec) -> str:
+    pattern = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
+    if pattern == [int(i % m.moe_layer_freq == 0) for i in range(m.num_layers)]:
+        return str(m.moe_layer_freq)
+    runs: list[list[int]] = []
+    for f in pattern:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+
+
+def _router_flags(m: ModelSpec) -> list[Group]:
+    out: list[Group] = [["--moe-router-score-function", m.moe_router_score_function.value]]
+    if m.moe_router_expert_bias:  # DeepSeek-V3 aux-loss-free balancing
+        out.append(["--moe-router-enable-expert-bias"])
+    if m.moe_router_num_groups is not None and m.moe_router_group_topk is not None:
+        out += [["--moe-router-num-groups", str(m.moe_router_num_groups)], ["--moe-router-group-topk", str(m.moe_router_group_topk)]]
+    if m.moe_router_topk_scaling_factor is not None:
+        out.append(["--moe-router-topk-scaling-factor", f"{m.moe_router_topk_scaling_factor:g}"])
+    if m.moe_top_k == 1 and m.moe_router_score_function == RouterScore.softmax:  # topk 1 with softmax needs pre-softmax
+        out.append(["--moe-router-pre-softmax"])
+    if m.moe_shared_expert_gate:
+        out.append(["--moe-shared-expert-gate"])
+    return out
+
+
+def moe_flags(job: EmitJob) -> list[Group]:
+    m, plan = job.model, job.plan
+    if not m.is_moe:
+        return []
+    out: list[Group] = [
+        ["--num-experts", str(m.num_experts)],
+        ["--moe-router-topk", str(m.moe_top_k)],
+        ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)],
+        ["--moe-layer-freq", moe_layer_freq(m)],
+    ]
+    if m.moe_shared_expert_ffn_size:
+        out.append(["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_ffn_size)])
+    out += _router_flags(m)
+    if job.training.precision != Precision.fp16:  # grouped GEMM is bf16-only
+        out.append(["--moe-grouped-gemm"])
+    out.append(["--moe-token-dispatcher-type", DISPATCHER[plan.dispatcher]])
+    if plan.dispatcher == Dispatcher.deepep:
+        out.append(["--moe-flex-dispatcher-backend", "deepep"])
+    if plan.ep_overlap:
+        out.append(["--overlap-moe-expert-parallel-comm"])
+    return out
+
+
+def mla_flags(job: EmitJob) -> list[Group]:
+    mla = job.model.mla
+    if mla is None:
+        return []
+    out: list[Group] = [["--multi-latent-attention"]]
+    if mla.q_lora_rank is not None:
+        out.append(["--q-lora-rank", str(mla.q_lora_rank)])
+    out += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
+            ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
+    return out
