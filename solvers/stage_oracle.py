@@ -1,7 +1,7 @@
 """The per-stage oracle: every layer split of a core within the per-stage bounds, times every
 recompute count of every stage, each costed as a whole plan by the batch cost model
 (autopar.cost.step.evaluate: step and peak memory, no per-stage tables, no composition). The
-tests compare solvers.stages against it on small models (DESIGN.md 'Search': same optimum)."""
+tests compare solvers.stages against it on small models (docs/design.md 'Search': same optimum)."""
 
 from __future__ import annotations
 

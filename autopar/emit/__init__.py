@@ -1,7 +1,7 @@
 """Plan -> launcher artefacts for Megatron-LM, DeepSpeed, torchtitan and Megatron-Bridge.
 
 Each emitter checks the config it produced against that framework's own rules
-(shared/reference/launchers.md) and raises RuleViolation, naming the rules, instead of writing
+(docs/reference/launchers.md) and raises RuleViolation, naming the rules, instead of writing
 a config the framework would reject.
 """
 

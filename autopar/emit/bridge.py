@@ -6,7 +6,7 @@ grad_reduce_in_fp32 (Bridge's runtime_config_update applies the precision recipe
 YAML overrides are not written: merged into a recipe whose comm_overlap or mixed_precision is not
 a dataclass they become plain dicts (a crash), and they cannot carry the precision object.
 
-Names and rules: shared/reference/launchers.md section 4.2 (Megatron-Bridge 067f987d). Bridge
+Names and rules: docs/reference/launchers.md section 4.2 (Megatron-Bridge 067f987d). Bridge
 checks world/DP, the eval batch, CP sequence length and the PP dtype itself and delegates the
 rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as well.
 """

@@ -1,6 +1,6 @@
 """DeepSpeed: ds_config.json and the `deepspeed` launcher line for the user's training script.
 
-Keys and rules: shared/reference/launchers.md section 2 (DeepSpeed edaa7221, 2026-08-22), plus
+Keys and rules: docs/reference/launchers.md section 2 (DeepSpeed edaa7221, 2026-08-22), plus
 the removed-key list of deepspeed/runtime/config.py 0.19.8 (MiCS mics_shard_size is gone).
 DeepSpeed without Megatron-DeepSpeed has no tensor parallelism for a generic script, no
 interleaved pipeline, no fp8 switch and no selective recompute; such plans are refused.

@@ -1,6 +1,6 @@
 """Megatron-LM: a torchrun launch script for pretrain_gpt.py.
 
-Flag names and defaults: shared/reference/launchers.md section 1 (Megatron-LM d98e8a64,
+Flag names and defaults: docs/reference/launchers.md section 1 (Megatron-LM d98e8a64,
 2026-08-22). VPP is set with --num-virtual-stages-per-pipeline-rank (there is no
 --virtual-pipeline-model-parallel-size flag); uneven stages use
 --decoder-first/last-pipeline-num-layers, or a --pipeline-model-parallel-layout string when the

@@ -4,7 +4,7 @@ routing, scaling), token dispatcher, MTP and MLA. Without them Megatron's defaul
 different model (LayerNorm, learned positions, softmax router, no MTP).
 
 Flag names: Megatron-LM megatron/training/arguments.py and the TransformerConfig fields it turns
-into flags (megatron-core 0.19.2; shared/reference/launchers.md 1.1-1.3), checked by the
+into flags (megatron-core 0.19.2; docs/reference/launchers.md 1.1-1.3), checked by the
 integration tests with Megatron-LM's own parse_args/validate_args.
 """
 

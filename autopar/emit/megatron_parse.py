@@ -1,5 +1,5 @@
 """Read Megatron-LM arguments back: an argparse subset with Megatron's names, types and
-defaults (shared/reference/launchers.md 1.1-1.3), and the inverse map to Plan + TrainingSpec.
+defaults (docs/reference/launchers.md 1.1-1.3), and the inverse map to Plan + TrainingSpec.
 Used by the validator (it checks what was emitted, not what was meant) and by round trips."""
 
 from __future__ import annotations

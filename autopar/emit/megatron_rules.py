@@ -1,5 +1,5 @@
 """Megatron-LM's own checks, applied to the emitted arguments (parsed back with Megatron's
-names and defaults). Rules and their sources: shared/reference/launchers.md 1.4 (AR =
+names and defaults). Rules and their sources: docs/reference/launchers.md 1.4 (AR =
 megatron/training/arguments.py validate_args, TC = transformer_config.py, PS = parallel_state.py,
 NMC = num_microbatches_calculator.py, SCH = schedules.py); the Megatron-FSDP rules were read in
 a copy of AR validate_args (not in launchers.md)."""

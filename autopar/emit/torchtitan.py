@@ -2,7 +2,7 @@
 torchtitan dropped TOML job files in 0.3.0 (the v0.2.2 TOML is no longer written); the stock
 config's CLI overrides cannot replace the model's converters, so only the module is emitted.
 
-Names and rules: shared/reference/launchers.md section 3 (HEAD b5bcd76, 2026-08-21; v0.2.2).
+Names and rules: docs/reference/launchers.md section 3 (HEAD b5bcd76, 2026-08-21; v0.2.2).
 Released Python-config versions differ in the batch keys: HEAD counts tokens
 (num_tokens_per_microbatch_per_dp_rank, num_pp_microbatches), the 0.3.0 wheel still counts
 sequences (local_batch_size, pipeline_parallel_microbatch_size); the config module sets the
