@@ -24,6 +24,8 @@ def estimate_table(e: Estimate, title: str = "") -> str:
     lines.append(f"step        {e.step_seconds:10.4f} s     bottleneck: {e.bottleneck.value}")
     lines.append(f"throughput  {e.tokens_per_second:12,.0f} tokens/s   {e.tokens_per_second_per_gpu:,.1f} tokens/s/GPU")
     lines.append(f"model       {e.model_tflops_per_gpu:8.1f} TFLOP/s/GPU   MFU {100 * e.mfu:5.1f}%   HFU {100 * e.hfu:5.1f}%   bubble {100 * e.bubble_fraction:5.1f}%")
+    if e.validated is not None:
+        lines.append(f"validated   {trust_line(e.validated)}")
     if e.time_to_train_seconds is not None:
         cost = f"   cost ${e.cost_usd:,.0f}" if e.cost_usd is not None else ""
         lines.append(f"to train    {e.time_to_train_seconds / 86400:8.2f} days{cost}")
@@ -40,6 +42,13 @@ def estimate_table(e: Estimate, title: str = "") -> str:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
     lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {_gb(e.memory_capacity_bytes).strip()}")
     return "\n".join(lines)
+
+
+def trust_line(v) -> str:
+    """How far to trust an estimate: its family's error over the published runs (autopar validate)."""
+    if v.mape is None:
+        return v.warning or f"{v.family}: no published runs"
+    return f"{v.family}: mean error {100 * v.mape:.1f}% over {v.num_rows} published runs"
 
 
 def _stages(layers: list[int]) -> str:

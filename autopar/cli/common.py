@@ -75,7 +75,16 @@ def model_cluster_options(f: Callable) -> Callable:
     return f
 
 
+STACKS = ("megatron", "torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "deepspeed")
+# The software stacks each launcher framework runs (profiles/stacks/); the first is its default.
+FRAMEWORK_STACKS = {"megatron": ("megatron",), "megatron-bridge": ("megatron",), "deepspeed": ("deepspeed",),
+                    "torchtitan": ("torchtitan", "torchtitan-compile")}
+
+
 def training_options(f: Callable) -> Callable:
+    f = click.option("--stack", type=click.Choice(STACKS), default=None,
+                     help="Training software whose kernels, fusion and overlap are costed (profiles/stacks/). "
+                          "Default: the --framework's own stack, else megatron")(f)
     f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
     f = click.option("--global-batch-tokens", default=None,
                      help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch. "
@@ -111,11 +120,22 @@ def default_global_batch(seq_len: int) -> int:
     return 1 << (sequences.bit_length() - 1)
 
 
+def resolve_stack(stack: str | None, framework: str | None) -> str:
+    """--stack, defaulting to the framework's own stack; the two must agree when both are given."""
+    allowed = FRAMEWORK_STACKS.get(framework or "")
+    if stack is None:
+        return allowed[0] if allowed else "megatron"
+    if allowed and stack not in allowed:
+        raise InputError("stack", stack, f"framework {framework} runs {' or '.join(allowed)}; cost the stack the launcher runs")
+    return stack
+
+
 def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | None, global_batch_tokens: str | None,
-                     precision: str, **extra: Any) -> TrainingSpec:
+                     precision: str, stack: str | None = None, framework: str | None = None, **extra: Any) -> TrainingSpec:
     """The training spec from the options; missing sequence length and batch default from the
-    model by the rule above; sane limits on every count."""
+    model by the rule above; sane limits on every count; the stack from --stack or the framework."""
     from autopar.specs import Precision, TrainingSpec
+    from autopar.specs.training import Stack
 
     defaults = []
     if seq_len is None:
@@ -141,7 +161,8 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
         note(f"defaults from {model.name}: {', '.join(defaults)} ({seq_len * global_batch:,} tokens per step; see --help)")
     if model.max_position_embeddings is not None and seq_len > model.max_position_embeddings:
         note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
-    return TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision), **extra)
+    return TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision),
+                        stack=Stack(resolve_stack(stack, framework)), **extra)
 
 
 def check_stage_layout(plan, model):

@@ -11,7 +11,7 @@ from autopar.errors import InputError
 
 
 def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
-                      grad_reduce_bytes=None):
+                      grad_reduce_bytes=None, framework=None):
     from autopar import __version__
     from autopar.cost import estimate as cost_estimate  # only this path needs the cost model
     from autopar.emit.common import EmitJob
@@ -21,7 +21,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
     if missing:
         raise InputError("emit", " ".join(missing), "give a RESULTS.json file, or --model, --cluster and --plan")
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
-    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision)
+    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, framework=framework)  # the launcher's stack
     if grad_reduce_bytes is not None:  # torchtitan reduces gradients in fp32 only: plan with 4
         training = training.model_copy(update={"grad_reduce_bytes_per_param": grad_reduce_bytes, "grad_bytes_per_param": max(grad_reduce_bytes, training.grad_bytes_per_param)})
     plan = check_stage_layout(parse_plan(plan_text), model)
@@ -58,7 +58,7 @@ def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, g
         job = job_from_results(load_results(results), rank)
     else:
         job = _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
-                                grad_reduce_bytes)
+                                grad_reduce_bytes, framework=fmt)
     artefacts = emit_artefacts(job, fmt)
     flush_notes()
     if out_dir is None:

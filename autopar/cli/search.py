@@ -87,6 +87,9 @@ def _table(output, references: list[str]) -> str:
         lines.append("  where the step goes: " + ", ".join(f"{k} {100 * v / best.step_seconds:.0f}%" for v, k in top))
         lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} of {_fmt_gb(hbm)} GB HBM per GPU "
                      f"({100 * best.memory_bytes_per_gpu / hbm:.0f}%)")
+        if best.validated is not None:
+            from autopar.report import trust_line
+            lines.append(f"  validated: {trust_line(best.validated)}")
         if len(res.plans) > 1:
             lines += why_best(res.plans[0], res.plans[1])
     return "\n".join(lines)
@@ -183,7 +186,7 @@ def _progress(as_json: bool):
               help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
 @click.option("--per-stage-cores", type=int, default=PER_STAGE_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
 @click.option("--per-stage-seconds", type=float, default=PER_STAGE_SECONDS, show_default=True, help="Time budget of the per-stage solves, seconds")
-def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, objective, top_k,
+def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, stack, objective, top_k,
            solver, fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, framework, as_json, out,
            emit_format, emit_dir, per_stage, per_stage_cores, per_stage_seconds):
     """Search the plan space and rank the fastest (or cheapest) plans that fit.
@@ -202,7 +205,9 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
     critical = parse_count(max_gbs_tokens, "max-gbs-tokens", binary=True) if max_gbs_tokens else None
-    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, flash_attention=not no_flash)
+    framework = resolve_framework(framework, emit_format)
+    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, framework,
+                                flash_attention=not no_flash)
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")
@@ -210,7 +215,6 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
         raise InputError("per-stage-cores", per_stage_cores, "must be positive")
     if not 0 < per_stage_seconds < float("inf"):
         raise InputError("per-stage-seconds", per_stage_seconds, "must be positive" if per_stage_seconds <= 0 else "must be a finite number")
-    framework = resolve_framework(framework, emit_format)
     reference_plans = [check_stage_layout(parse_plan(text), model) for text in references]  # bad ones fail before the search
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
     stages = PerStageOptions(per_stage_cores, per_stage_seconds, "recompute" in options.fixed) if per_stage else None

@@ -1,0 +1,55 @@
+"""`--stack` on the CLI: the software stack whose kernels are costed (profiles/stacks/), defaulting
+to the launcher framework's own stack."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+
+EST = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "8192", "--global-batch", "64",
+       "--plan", "tp=1,pp=1,dp=8,mbs=1,zero=3", "--json"]
+
+
+def _estimate(*extra):
+    r = CliRunner().invoke(main, EST + list(extra))
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_stack_switches_the_attention_kernel_by_its_profile():
+    # Same GEMMs; attention costs fwd/(peak*eff_f) + 2.5 fwd/(peak*eff_b). Hopper, profiles/cost/defaults.yaml:
+    # torchtitan runs SDPA's FlashAttention-2 (0.374, 0.326), Megatron TE's cuDNN (0.602, 0.522), so
+    # torchtitan / megatron = (1/0.374 + 2.5/0.326) / (1/0.602 + 2.5/0.522) = 10.343 / 6.450 = 1.604.
+    mega, titan = _estimate(), _estimate("--stack", "torchtitan")
+    assert titan["time_breakdown"]["compute_gemm"] == pytest.approx(mega["time_breakdown"]["compute_gemm"], rel=1e-9)
+    ratio = titan["time_breakdown"]["compute_attention"] / mega["time_breakdown"]["compute_attention"]
+    assert ratio == pytest.approx(10.343 / 6.450, rel=2e-3)
+    # eager RMSNorm/RoPE/SwiGLU kernels read and write more bytes than the fused ones
+    assert titan["time_breakdown"]["compute_elementwise"] > 1.5 * mega["time_breakdown"]["compute_elementwise"]
+
+
+def test_framework_sets_the_default_stack_and_a_contradiction_is_one_line(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+                                  "--global-batch", "32", "--framework", "torchtitan", "--top", "1", "--no-per-stage",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["inputs"]["training"]["stack"] == "torchtitan"
+    r = CliRunner().invoke(main, EST[:-1] + ["--stack", "torchtitan", "--framework", "megatron"])
+    assert r.exit_code != 0  # estimate has no --framework: click's usage error, one line
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+                                  "--global-batch", "32", "--framework", "megatron", "--stack", "torchtitan"])
+    assert r.exit_code == 1
+    assert r.output.strip().startswith("Error: stack='torchtitan'") and "megatron" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_estimate_says_how_far_to_trust_it():
+    r = CliRunner().invoke(main, EST[:-1])
+    assert r.exit_code == 0
+    # the family's mean error over the published runs (profiles/validation/families.json)
+    fam = json.loads(open("profiles/validation/families.json").read())["families"]["dense/fsdp/bf16/hopper"]
+    assert f"dense/fsdp/bf16/hopper: mean error {100 * fam['mape']:.1f}% over {fam['num_rows']} published runs" in r.output
