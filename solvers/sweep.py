@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from autopar.errors import AutoparError, InputError
 from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
 from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
+from autopar.specs.training import Stack
 from autopar.specs._base import StrictModel
 from autopar.specs._files import read_data, read_mapping
 from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
@@ -45,6 +46,8 @@ class SweepSpec(StrictModel):
     seq_lens: list[int] = Field(min_length=1, description="Sequence lengths, tokens")
     global_batches: list[int] = Field(min_length=1, description="Global batch sizes, sequences")
     precision: Precision = Field(Precision.bf16, description="GEMM precision of every case: bf16 | fp16 | fp8 | fp4")
+    stack: Stack = Field(Stack.megatron, description="Training software costed in every case (profiles/stacks/): "
+                         + " | ".join(s.value for s in Stack))
     fixed: dict[str, Any] = Field(default_factory=dict, description="Plan dimensions pinned in every case (like search --fix)")
     objective: Objective = Field(Objective.throughput, description="throughput | cost")
     solver: Literal["auto", "exhaustive", "cpsat"] = Field("auto", description="auto | exhaustive | cpsat")
@@ -125,7 +128,8 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
     try:
         model = load_model(case["model"])
         cluster = load_cluster(case["cluster"]).with_gpus(case["gpus"], beyond_fabric=spec.extrapolate_fabric)
-        training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision)
+        training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision,
+                                stack=spec.stack)
         params = apply_overrides(params_for_cluster(cluster), overrides)
         request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=dict(spec.fixed)), params)
         output = run_search(request)

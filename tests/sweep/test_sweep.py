@@ -115,6 +115,7 @@ def test_baseline_fails_on_changed_coefficient(full, tmp_path):
     ({"gpus": [0]}, [], "sweep.gpus="),
     ({"models": []}, [], "sweep.models="),
     ({"colour": "red"}, [], "sweep.colour="),
+    ({"stack": "jax"}, [], "sweep.stack="),
     ({}, ["--workers", "0"], "workers=0: must be a positive integer"),
 ])
 def test_bad_input_is_one_line(tmp_path, changes, args, message):
