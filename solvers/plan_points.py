@@ -16,17 +16,16 @@ from autopar.cost.goodput import (
     Goodput,
     PowerModel,
     busy_fraction,
-    checkpoint_bytes,
-    checkpoint_write_seconds,
+    cluster_checkpoint_write_seconds,
+    cluster_job_mtbf_seconds,
     goodput,
-    job_mtbf_seconds,
     run_energy_joules,
     step_power_watts,
 )
 from autopar.errors import InputError
 from autopar.specs.costparams import CostParams
 from autopar.specs.estimate import Estimate
-from autopar.specs.hardware import GB, ClusterSpec
+from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
@@ -94,20 +93,15 @@ def write_seconds(ctx: PointContext) -> float:
     """Checkpoint write time: the override, or weights + optimizer states over the storage."""
     if ctx.fleet.checkpoint_write_seconds is not None:
         return ctx.fleet.checkpoint_write_seconds
-    c = ctx.cluster
-    if c.storage_write_gb_per_s_per_node is None:
+    seconds = cluster_checkpoint_write_seconds(total_params(ctx.model), ctx.training, ctx.cluster)
+    if seconds is None:
         raise InputError("cluster.storage_write_gb_per_s_per_node", None,
-                         f"cluster {c.name} has no storage bandwidth; set it in the cluster file or give --checkpoint-write-seconds")
-    size = checkpoint_bytes(total_params(ctx.model), ctx.training.weight_bytes_per_param, ctx.training.optimizer_bytes_per_param)
-    aggregate = c.storage_write_gb_per_s * GB if c.storage_write_gb_per_s is not None else None
-    return checkpoint_write_seconds(size, c.num_nodes, c.storage_write_gb_per_s_per_node * GB, aggregate)
+                         f"cluster {ctx.cluster.name} has no storage bandwidth; set it in the cluster file or give --checkpoint-write-seconds")
+    return seconds
 
 
 def reliability(ctx: PointContext, checkpoint_seconds: float) -> Goodput:
-    c = ctx.cluster
-    mtbf = job_mtbf_seconds(c.num_gpus, ctx.fleet.mtbf_hours_per_gpu, c.num_nodes, c.mtbf_hours_per_node,
-                            c.num_nodes * c.switches_per_node, c.mtbf_hours_per_switch)
-    return goodput(checkpoint_seconds, mtbf, ctx.fleet.restart_seconds)
+    return goodput(checkpoint_seconds, cluster_job_mtbf_seconds(ctx.cluster, ctx.fleet.mtbf_hours_per_gpu), ctx.fleet.restart_seconds)
 
 
 def _phases(ctx: PointContext):

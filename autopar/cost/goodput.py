@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.cost.roofline import checkpoint_tax, optimal_checkpoint_interval_seconds
+from autopar.specs.hardware import GB
 
 HOUR_SECONDS = 3600.0
 JOULES_PER_MWH = 3.6e9
@@ -44,6 +45,33 @@ def checkpoint_write_seconds(size_bytes: float, num_nodes: int, write_bytes_per_
     if aggregate_write_bytes_per_second is not None:
         bandwidth = min(bandwidth, aggregate_write_bytes_per_second)
     return size_bytes / bandwidth
+
+
+def cluster_job_mtbf_seconds(cluster, mtbf_hours_per_gpu: float | None = None) -> float:
+    """job_mtbf_seconds of every GPU, node and switch the cluster file names (its MTBF fields)."""
+    return job_mtbf_seconds(cluster.num_gpus, mtbf_hours_per_gpu if mtbf_hours_per_gpu is not None else cluster.mtbf_hours_per_gpu,
+                            cluster.num_nodes, cluster.mtbf_hours_per_node, cluster.num_nodes * cluster.switches_per_node,
+                            cluster.mtbf_hours_per_switch)
+
+
+def cluster_checkpoint_write_seconds(num_params: float, training, cluster) -> float | None:
+    """Weights + optimizer states over the cluster's storage bandwidth; None when the cluster
+    file gives no storage bandwidth."""
+    if cluster.storage_write_gb_per_s_per_node is None:
+        return None
+    size = checkpoint_bytes(num_params, training.weight_bytes_per_param, training.optimizer_bytes_per_param)
+    aggregate = cluster.storage_write_gb_per_s * GB if cluster.storage_write_gb_per_s is not None else None
+    return checkpoint_write_seconds(size, cluster.num_nodes, cluster.storage_write_gb_per_s_per_node * GB, aggregate)
+
+
+def checkpoint_interval_steps(num_params: float, training, cluster, step_seconds: float) -> int | None:
+    """Young-Daly interval in optimizer steps (Megatron --save-interval, torchtitan
+    checkpoint.interval); None when the cluster file gives no storage bandwidth."""
+    write = cluster_checkpoint_write_seconds(num_params, training, cluster)
+    if write is None or not step_seconds > 0:
+        return None
+    tau = optimal_checkpoint_interval_seconds(write, cluster_job_mtbf_seconds(cluster))
+    return max(1, round(tau / step_seconds))
 
 
 @dataclass(frozen=True)

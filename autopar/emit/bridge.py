@@ -13,7 +13,9 @@ rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as 
 
 from __future__ import annotations
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines, rendezvous_block
+from autopar.emit.common import (
+    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block,
+)
 from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
 )
@@ -141,6 +143,9 @@ def bridge_overrides(job: EmitJob) -> dict:
         "ddp.use_megatron_fsdp": plan.zero >= 2,
         "dist.use_tp_pp_dp_mapping": plan.order.value == "tp-cp-ep-pp-dp",
     })
+    steps = checkpoint_interval_steps(job)  # Young-Daly, from the cluster file's storage and MTBF
+    if steps:
+        o["checkpoint.save_interval"] = steps
     if plan.zero >= 2:
         o["ddp.data_parallel_sharding_strategy"] = FSDP_STRATEGY[plan.zero]
         o["checkpoint.ckpt_format"] = "fsdp_dtensor"

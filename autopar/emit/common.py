@@ -191,10 +191,16 @@ def training_key(training: TrainingSpec) -> dict:
 
 
 def checkpoint_interval_steps(job: EmitJob) -> int | None:
-    """Steps between checkpoints the plan was costed with (issue 11's `autopar plan` puts
-    checkpoint_interval_steps in its estimate); None until an estimate carries it."""
-    value = getattr(job.estimate, "checkpoint_interval_steps", None)
-    return int(value) if value else None
+    """Young-Daly steps between checkpoints for this plan on this cluster: sqrt(2 T_write M) / step
+    (seed 000 'Ловушка: использовать фиксированные интервалы контрольных точек'; T_write from the
+    cluster file's storage bandwidth, M from its MTBF fields, the step from the estimate); None
+    when the cluster file gives no storage bandwidth (the launcher then keeps its default)."""
+    from autopar.cost.flops import total_params
+    from autopar.cost.goodput import checkpoint_interval_steps as young_daly_steps
+
+    if job.estimate is None:
+        return None
+    return young_daly_steps(total_params(job.model), job.training, job.cluster, job.estimate.step_seconds)
 
 
 def rendezvous_block(job) -> str:

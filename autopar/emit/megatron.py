@@ -33,6 +33,12 @@ Group = list[str]
 Section = tuple[str, list[Group]]
 
 
+def _save_interval_why(job: EmitJob) -> str:
+    if checkpoint_interval_steps(job):
+        return "Young-Daly interval sqrt(2 x checkpoint write time x job MTBF) / step, from the cluster file"
+    return "the cluster file gives no storage bandwidth; 500 steps"
+
+
 def uses_megatron_fsdp(plan: Plan) -> bool:
     return plan.zero >= 2
 
@@ -271,6 +277,7 @@ TRAIN_ARGS=(
   --weight-decay 0.1 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
   --log-interval 1
 )
+# --save-interval: {_save_interval_why(job)}
 if [ -n "${{CKPT_DIR:-}}" ]; then
   TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${{SAVE_INTERVAL:-{checkpoint_interval_steps(job) or 500}}}")
 fi

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autopar.emit.common import EmitJob, comment_block, header_lines, rendezvous_block
+from autopar.emit.common import EmitJob, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block
 
 if TYPE_CHECKING:
     from autopar.emit.torchtitan import TitanConfig
@@ -35,6 +35,13 @@ def _model_spec_lines(job: EmitJob, tc: "TitanConfig") -> str:
     return imports + f"    config.model_spec = model_registry({tc.flavor!r}, converters={converters}{', ' + extra if extra else ''})\n"
 
 
+def _checkpoint_line(job: EmitJob) -> str:
+    steps = checkpoint_interval_steps(job)
+    why = ("Young-Daly interval sqrt(2 x write time x job MTBF) / step, from the cluster file"
+           if steps else "the cluster file gives no storage bandwidth: torchtitan's default interval")
+    return f"CHECKPOINT_INTERVAL = {steps!r}  # {why}\n"
+
+
 def render_module(job: EmitJob, tc: "TitanConfig") -> str:
     notes = [f"Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_FN})",
              *tc.notes]
@@ -54,7 +61,7 @@ from torchtitan.models.{tc.module}.config_registry import {tc.config} as _base
 {_dict_block("TRAINING", {**tc.training, **tc.training_python})}
 {_dict_block("COMPILE", tc.compile)}
 ACTIVATION_CHECKPOINT = {tc.activation_checkpoint!r}
-
+{_checkpoint_line(job)}
 
 def _set(section, values):
     names = {{f.name for f in dataclasses.fields(section)}}
@@ -74,6 +81,8 @@ def {CONFIG_FN}():
     # a fresh CompileConfig, so its own check (async TP needs the model compiled) runs
     config.compile = type(config.compile)(**{{**{{f.name: getattr(config.compile, f.name) for f in dataclasses.fields(config.compile)}}, **COMPILE}})
     config.activation_checkpoint = {{"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}}[ACTIVATION_CHECKPOINT]
+    if CHECKPOINT_INTERVAL:  # saving stays off until checkpoint.enable; this sets how often
+        _set(config.checkpoint, {{"interval": CHECKPOINT_INTERVAL}})
 {_model_spec_lines(job, tc)}    return config
 '''
 

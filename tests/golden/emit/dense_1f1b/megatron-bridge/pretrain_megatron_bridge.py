@@ -49,6 +49,7 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
+    'checkpoint.save_interval': 4411,
 }
 MIXED_PRECISION = 'bf16_mixed'
 GRAD_REDUCE_IN_FP32 = False  # the precision recipe's own default would win otherwise

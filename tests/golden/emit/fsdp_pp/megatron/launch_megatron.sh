@@ -76,8 +76,9 @@ TRAIN_ARGS=(
   --weight-decay 0.1 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
   --log-interval 1
 )
+# --save-interval: Young-Daly interval sqrt(2 x checkpoint write time x job MTBF) / step, from the cluster file
 if [ -n "${CKPT_DIR:-}" ]; then
-  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${SAVE_INTERVAL:-500}")
+  TRAIN_ARGS+=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${SAVE_INTERVAL:-3269}")
 fi
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \

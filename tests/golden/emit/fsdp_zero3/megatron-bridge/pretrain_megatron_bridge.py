@@ -51,6 +51,7 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': True,
     'dist.use_tp_pp_dp_mapping': False,
+    'checkpoint.save_interval': 8822,
     'ddp.data_parallel_sharding_strategy': 'optim_grads_params',
     'checkpoint.ckpt_format': 'fsdp_dtensor',
 }

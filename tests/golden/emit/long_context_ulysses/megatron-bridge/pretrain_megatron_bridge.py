@@ -52,6 +52,7 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': True,
     'dist.use_tp_pp_dp_mapping': False,
+    'checkpoint.save_interval': 1103,
     'ddp.data_parallel_sharding_strategy': 'optim_grads_params',
     'checkpoint.ckpt_format': 'fsdp_dtensor',
 }

@@ -52,6 +52,7 @@ COMPILE = {
 }
 
 ACTIVATION_CHECKPOINT = 'full'
+CHECKPOINT_INTERVAL = 3269  # Young-Daly interval sqrt(2 x write time x job MTBF) / step, from the cluster file
 
 
 def _set(section, values):
@@ -72,6 +73,8 @@ def autopar_plan():
     # a fresh CompileConfig, so its own check (async TP needs the model compiled) runs
     config.compile = type(config.compile)(**{**{f.name: getattr(config.compile, f.name) for f in dataclasses.fields(config.compile)}, **COMPILE})
     config.activation_checkpoint = {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}[ACTIVATION_CHECKPOINT]
+    if CHECKPOINT_INTERVAL:  # saving stays off until checkpoint.enable; this sets how often
+        _set(config.checkpoint, {"interval": CHECKPOINT_INTERVAL})
     from torchtitan.models.llama3 import model_registry
     config.model_spec = model_registry('70B', converters=None)
     return config
