@@ -13,3 +13,19 @@ MAX_TOKENS_PER_STEP = 2**32
 
 MAX_TOP_K = 1000
 """Plans one search ranks; each ranked plan is fully estimated and printed."""
+
+# Model shapes (ModelSpec): each several times the largest released model's value.
+MAX_LAYERS = 2**14
+"""16,384 layers; the deepest released LLMs have 126-128 (LLaMA 3.1 405B: 126)."""
+
+MAX_WIDTH = 2**20
+"""1,048,576 for hidden and FFN widths; the widest released FFN is 53,248 (LLaMA 3.1 405B)."""
+
+MAX_HEADS = 2**14
+"""16,384 attention heads; released models have at most 128 (LLaMA 3.1 405B, DeepSeek-V3)."""
+
+MAX_VOCAB = 2**24
+"""16,777,216 tokens of vocabulary; the largest released vocabularies are ~262K (Gemma 3)."""
+
+MAX_EXPERTS = 2**16
+"""65,536 routed experts per MoE layer; released models have at most 384 (Kimi K2)."""

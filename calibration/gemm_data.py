@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from autopar.specs._files import read_text
 from autopar.errors import InputError
 
 COLUMNS = ["gpu", "dtype", "m", "n", "k", "batch", "seconds", "tflops", "kernel", "source"]
@@ -80,10 +81,7 @@ def _wayne_row(row: dict[str, str], path: Path, line: int) -> GemmSample | None:
 
 def read_csv(path: str | Path) -> list[GemmSample]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("csv", str(path), f"cannot read file ({getattr(exc, 'strerror', None) or 'not text'})") from None
+    text = read_text(path, "csv")  # regular files only: a pipe or /dev/zero is refused, not read forever
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []
     if set(COLUMNS[:7]) <= set(header):

@@ -16,8 +16,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autopar.specs._files import read_text
 from autopar.cost.comm import Collective, busbw_factor
-from autopar.errors import AutoparError, InputError
+from autopar.errors import AutoparError
 
 PROGRAMS = {"all_reduce_perf": Collective.all_reduce, "all_gather_perf": Collective.all_gather,
             "reduce_scatter_perf": Collective.reduce_scatter, "alltoall_perf": Collective.all_to_all,
@@ -227,12 +228,7 @@ def read_log(path: str | Path, ranks: int | None = None, nodes: int | None = Non
              collective: Collective | None = None) -> NcclLog:
     """Parse one nccl-tests log; ranks / nodes / collective override what the log says."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise NcclLogError(str(path), None, "a text file (nccl-tests console output)", "binary data") from None
-    except OSError as exc:
-        raise InputError("logs", str(path), f"cannot read file ({exc.strerror})") from None
+    text = read_text(path, "logs")  # regular UTF-8 files only: a pipe or /dev/zero is refused, not read forever
     return parse_log(text, str(path), ranks, nodes, collective)
 
 

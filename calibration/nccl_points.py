@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopar.cost.comm import Collective, busbw_factor
+from autopar.specs._files import read_data
 from autopar.errors import InputError
 from calibration.nccl_log import NcclLog, NcclRow
 
@@ -39,13 +39,9 @@ def is_points_file(path: str | Path) -> bool:
 
 def read_points(path: str | Path) -> list[NcclLog]:
     path = Path(path)
+    data = read_data(path, "logs")  # strictly: regular UTF-8 files, no duplicate keys, no NaN/inf
     try:
-        data = yaml.safe_load(path.read_text())
         spec = _PointsFile.model_validate(data)
-    except OSError as exc:
-        raise InputError("logs", str(path), f"cannot read file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise InputError("logs", str(path), f"not valid YAML: {exc}") from None
     except ValidationError as exc:
         raise InputError.from_validation(exc, path.name) from None
     logs = []

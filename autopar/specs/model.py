@@ -10,6 +10,14 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
+from autopar.limits import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 from autopar.specs._base import StrictModel
 from autopar.specs._files import looks_like_path, preset_files, read_mapping
 
@@ -70,21 +78,21 @@ class ModelSpec(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Model name")
-    num_layers: int = Field(gt=0, description="L, transformer layers")
-    hidden_size: int = Field(gt=0, description="h, model width")
-    num_attention_heads: int = Field(gt=0, description="a, query heads")
-    num_kv_heads: int | None = Field(None, gt=0, description="g, KV heads (GQA); null = a (MHA)")
-    head_dim: int | None = Field(None, gt=0, description="d, per-head dim; null = h / a")
-    ffn_hidden_size: int = Field(gt=0, description="F, dense MLP width (per matrix)")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="L, transformer layers")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="h, model width")
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS, description="a, query heads")
+    num_kv_heads: int | None = Field(None, gt=0, le=MAX_HEADS, description="g, KV heads (GQA); null = a (MHA)")
+    head_dim: int | None = Field(None, gt=0, le=MAX_WIDTH, description="d, per-head dim; null = h / a")
+    ffn_hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="F, dense MLP width (per matrix)")
     gated_mlp: bool = Field(True, description="SwiGLU-style gated MLP (3 matrices) instead of 2")
-    vocab_size: int = Field(gt=0, description="V, vocabulary")
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB, description="V, vocabulary")
     tied_embeddings: bool = Field(False, description="Input embedding shared with the output layer")
-    max_position_embeddings: int | None = Field(None, gt=0, description="Longest trained sequence, tokens")
+    max_position_embeddings: int | None = Field(None, gt=0, le=MAX_SEQ_LEN, description="Longest trained sequence, tokens")
     dropout: bool = Field(False, description="Dropout after attention and MLP (adds 1-byte masks to activations)")
-    num_experts: int = Field(0, ge=0, description="E, routed experts per MoE layer; 0 = dense")
-    moe_top_k: int = Field(0, ge=0, description="k, routed experts per token")
-    moe_ffn_hidden_size: int | None = Field(None, gt=0, description="FFN width of one routed expert")
-    moe_shared_expert_ffn_size: int = Field(0, ge=0, description="Total FFN width of the shared experts; 0 = none")
+    num_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="E, routed experts per MoE layer; 0 = dense")
+    moe_top_k: int = Field(0, ge=0, le=MAX_EXPERTS, description="k, routed experts per token")
+    moe_ffn_hidden_size: int | None = Field(None, gt=0, le=MAX_WIDTH, description="FFN width of one routed expert")
+    moe_shared_expert_ffn_size: int = Field(0, ge=0, le=MAX_WIDTH, description="Total FFN width of the shared experts; 0 = none")
     moe_first_k_dense_layers: int = Field(0, ge=0, description="Leading layers with a dense MLP")
     moe_layer_freq: int = Field(1, gt=0, description="Every n-th layer (after the dense prefix) is MoE")
     mla: MlaSpec | None = Field(None, description="Multi-head latent attention; null = standard (GQA) attention")

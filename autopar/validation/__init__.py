@@ -4,7 +4,6 @@ row becomes model, cluster, training and plan (autopar.validation.rows), is pred
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,13 +20,10 @@ __all__ = ["DEFAULTS_DOC", "RowResult", "families_table", "load_rows", "measured
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError("runs", str(path), f"cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError("runs", str(path), f"not valid JSON: {exc}") from None
+    from autopar.specs._files import parse_text, read_text
+
+    path = Path(path)  # strictly: UTF-8, no duplicate keys, no NaN/inf, regular files only
+    data = parse_text(read_text(path, "runs"), ".json", "runs", str(path))
     rows = data.get("rows", data.get("runs")) if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise InputError("runs", str(path), "must be a JSON list of run objects (or {\"rows\": [...]})")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from autopar.errors import InputError
+
 from autopar.cost.comm import Collective
 from calibration.nccl_log import NcclLogError, parse_log, read_log
 from calibration.nccl_samples import read_sample
@@ -147,8 +149,13 @@ def test_busbw_must_match_the_rank_count(tmp_path):
 def test_binary_file(tmp_path):
     path = tmp_path / "log.bin"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
-    with pytest.raises(NcclLogError, match="a text file"):
+    with pytest.raises(InputError, match="not UTF-8 text"):
         read_log(path)
+
+
+def test_device_is_refused_not_read_forever():
+    with pytest.raises(InputError, match="not a regular file"):
+        read_log("/dev/zero")
 
 
 def test_other_tool_table_is_refused():
