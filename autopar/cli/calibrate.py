@@ -10,16 +10,10 @@ from pathlib import Path
 import click
 
 from autopar.cli import main
-from autopar.cli.common import write_atomic
-from autopar.cost.comm import Collective
-from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
+from autopar.cli.common import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, write_atomic
 from autopar.errors import InputError
-from autopar.specs import load_cluster
-from calibration.nccl_log import NcclLog, read_log
-from calibration.nccl_points import is_points_file, read_points
-from calibration.profile import dump_profile, existing_profile, gemm_profile, nccl_profile
 
-OPS = [c.value for c in Collective]
+OPS = list(COLLECTIVES)  # the fitting code (numpy, scipy) loads when a command runs, not for --help
 
 
 def _command() -> str:
@@ -40,14 +34,18 @@ def _split_forced(path: str) -> tuple[str, str | None, str | None]:
         return path, None, None
     base, _, spec = path.rpartition("@")
     algo, _, proto = spec.partition("/")
-    if algo and algo not in ALGORITHMS:
-        raise InputError("logs", path, f"forced algorithm must be one of {', '.join(ALGORITHMS)}")
-    if proto and proto not in PROTOCOLS:
-        raise InputError("logs", path, f"forced protocol must be one of {', '.join(PROTOCOLS)}")
+    if algo and algo not in NCCL_ALGORITHMS:
+        raise InputError("logs", path, f"forced algorithm must be one of {', '.join(NCCL_ALGORITHMS)}")
+    if proto and proto not in NCCL_PROTOCOLS:
+        raise InputError("logs", path, f"forced protocol must be one of {', '.join(NCCL_PROTOCOLS)}")
     return base, algo or None, proto or None
 
 
 def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: str | None):
+    from autopar.cost.comm import Collective
+    from calibration.nccl_log import NcclLog, read_log
+    from calibration.nccl_points import is_points_file, read_points
+
     logs: list[NcclLog] = []
     forced: dict[str, tuple[str | None, str | None]] = {}
     for spec in paths:
@@ -99,6 +97,9 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
     SHARP gains, saturation) to nccl-tests logs and name what they could not tell. LOGS:
     console output files, or `kind: nccl-points` YAML tables; LOG@ALGO[/PROTO] marks a run
     made with NCCL_ALGO / NCCL_PROTO set (e.g. ring2node.txt@ring)."""
+    from autopar.specs import load_cluster
+    from calibration.profile import dump_profile, existing_profile, nccl_profile
+
     parsed, forced = _read_all(logs, ranks, nodes, op)
     base = existing_profile(out)
     cluster = load_cluster(cluster_name) if cluster_name else None
@@ -124,6 +125,7 @@ def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
     from calibration.gemm_bench import run_benchmark
     from calibration.gemm_data import read_samples
     from calibration.gemm_fit import fit_gemm, gemm_table
+    from calibration.profile import dump_profile, existing_profile, gemm_profile
 
     paths = list(csvs)
     if run_bench:

@@ -4,17 +4,18 @@ autopar.cost.comm.collective_seconds)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from autopar.cli import main
-from autopar.cli.common import dump_json, parse_count
-from autopar.cost.comm import Collective, busbw_factor, collective_choice, place_group
-from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
+from autopar.cli.common import COLLECTIVE_ALIASES, COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, dump_json, parse_count
 from autopar.errors import InputError
-from autopar.specs import load_cluster
-from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
 
-OPS = {c.value: c for c in Collective} | {"all_to_all": Collective.all_to_all, "send_recv": Collective.send_recv}
+if TYPE_CHECKING:  # the cost model loads when the command runs, not for --help
+    from autopar.cost.comm import Collective
+
+OPS = sorted((*COLLECTIVES, *COLLECTIVE_ALIASES))
 
 
 def _sizes(text: str) -> list[int]:
@@ -33,6 +34,8 @@ def _sizes(text: str) -> list[int]:
 
 def predict(op: Collective, size_bytes: int, group, cluster, params, algorithm: str | None = None,
             protocol: str | None = None) -> dict:
+    from autopar.cost.comm import busbw_factor, collective_choice
+
     try:
         choice = collective_choice(op, size_bytes, group, cluster, params, algorithm, protocol)
     except ValueError as exc:
@@ -65,17 +68,22 @@ def _table(rows: list[dict], title: str) -> str:
 @click.option("--cluster", "cluster_name", required=True, help="Cluster preset or YAML file")
 @click.option("--gpus", type=click.IntRange(min=2), default=None, help="Ranks in the group (default: one node)")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Whole nodes in the group (alternative to --gpus)")
-@click.option("--op", required=True, type=click.Choice(sorted(OPS)), help="Collective")
+@click.option("--op", required=True, type=click.Choice(OPS), help="Collective")
 @click.option("--bytes", "size_text", default=None, help="Message size as nccl-tests prints it (K/M/G are powers of two, like -b/-e; 1GiB, 1073741824)")
 @click.option("--sizes", "sizes_text", default=None, help="MIN:MAX, doubling (e.g. 1M:16G): an nccl-tests-like table")
 @click.option("--calibration", "calibration_path", default=None, help="Calibration profile (default: the one the cluster file names, if any)")
-@click.option("--algo", "algorithm", type=click.Choice(ALGORITHMS), default=None, help="Force an NCCL algorithm (as NCCL_ALGO)")
-@click.option("--proto", "protocol", type=click.Choice(PROTOCOLS), default=None, help="Force an NCCL protocol (as NCCL_PROTO)")
+@click.option("--algo", "algorithm", type=click.Choice(NCCL_ALGORITHMS), default=None, help="Force an NCCL algorithm (as NCCL_ALGO)")
+@click.option("--proto", "protocol", type=click.Choice(NCCL_PROTOCOLS), default=None, help="Force an NCCL protocol (as NCCL_PROTO)")
 @click.option("--extrapolate-fabric", is_flag=True, help="Allow more nodes than the cluster's fabric tiers describe")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list with --sizes)")
 def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, algorithm, protocol, extrapolate_fabric, as_json):
     """Predicted time, algbw and busbw of one collective over a group placed on the cluster, and the
     NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."""
+    from autopar.cost.comm import Collective, place_group
+    from autopar.specs import load_cluster
+    from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
+
+    collective = Collective(COLLECTIVE_ALIASES.get(op, op))
     if (size_text is None) == (sizes_text is None):
         raise InputError("bytes", size_text, "give exactly one of --bytes or --sizes")
     if gpus is not None and nodes is not None:
@@ -93,10 +101,10 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     else:
         params = params_for_cluster(cluster)
     sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True)]
-    rows = [predict(OPS[op], s, group, cluster, params, algorithm, protocol) for s in sizes]
+    rows = [predict(collective, s, group, cluster, params, algorithm, protocol) for s in sizes]
     if as_json:
         click.echo(dump_json(rows if sizes_text else rows[0]), nl=False)
         return
     source = calibration_path or cluster.calibration or "default coefficients"
-    title = f"{OPS[op].value} over {group.size} x {cluster.gpu.name} on {group.nodes} node(s) of {cluster.name} ({group.tier}); {source}"
+    title = f"{collective.value} over {group.size} x {cluster.gpu.name} on {group.nodes} node(s) of {cluster.name} ({group.tier}); {source}"
     click.echo(_table(rows, title))

@@ -26,6 +26,11 @@ _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "g
 # needs neither pydantic nor numpy (tests/cli/test_lazy.py checks they agree).
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 OBJECTIVES = ("throughput", "cost")
+PLAN_OBJECTIVES = ("time", "cost", "energy")  # solvers.plan_choice.OBJECTIVES
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")  # autopar.cost.comm.Collective
+COLLECTIVE_ALIASES = {"all_to_all": "alltoall", "send_recv": "sendrecv"}
+NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain", "pat")  # autopar.cost.nccl.ALGORITHMS
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")  # autopar.cost.nccl.PROTOCOLS
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "megatron-bridge")
 
 

@@ -6,18 +6,17 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from autopar.cli import main
-from autopar.cli.common import dump_json, parse_count, write_atomic
+from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_count, write_atomic
 from autopar.cli.search import parse_fix
 from autopar.errors import InputError
-from autopar.space import SpaceOptions
-from autopar.specs import Precision, load_cluster, load_model
-from solvers.plan_choice import OBJECTIVES, Constraints
-from solvers.plan_points import FleetInputs
-from solvers.planner import PlanReport, PlanRequest, run_plan
+
+if TYPE_CHECKING:  # the planner (numpy, OR-Tools) loads when the command runs, not for --help
+    from solvers.planner import PlanReport, PlanRequest
 
 _DECIMAL = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
 _DAYS = {"d": 1.0, "h": 1 / 24, "w": 7.0}
@@ -190,7 +189,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--seq-len", type=int, required=True, help="Sequence length, tokens")
 @click.option("--gpus", "gpus_text", default=None,
               help="GPU counts: LOW:HIGH (powers of two times LOW) or a list 1024,2048; default: 1/16 of the preset's size to its size")
-@click.option("--precision", type=click.Choice([p.value for p in Precision]), default="bf16", show_default=True, help="GEMM precision")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")
 @click.option("--batch-tokens", default=None, help="Global batches to search, e.g. 8M,16M (K/M/G powers of two); default: the grid below the critical batch")
 @click.option("--batches", type=int, default=1, show_default=True,
               help="Grid batches per GPU count: the K largest 2^k or 3x2^k sequences under the critical batch")
@@ -202,7 +201,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
               help="Batch ramp-up BATCH@UNTIL_TOKENS,..., e.g. 4M@252M,8M@2.87T (at each point's layout when it runs them)")
 @click.option("--deadline", default=None, help="Wall-clock limit: 60d, 1440h, 8w")
 @click.option("--budget", default=None, help="Money limit in USD: 5M, $2.5M")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default=None, help="What the chosen point minimises [default: cost under a deadline, else time]")
+@click.option("--objective", type=click.Choice(PLAN_OBJECTIVES), default=None, help="What the chosen point minimises [default: cost under a deadline, else time]")
 @click.option("--mtbf-hours-per-gpu", type=float, default=None, help="Override the cluster's MTBF per GPU, hours")
 @click.option("--checkpoint-write-seconds", type=float, default=None, help="Override the checkpoint write time, seconds")
 @click.option("--restart-seconds", type=float, default=None, help="Override the cluster's restart time after a failure, seconds")
@@ -219,6 +218,8 @@ def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
          workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
+    from solvers.planner import run_plan
+
     request = build_request(**locals())
     report = run_plan(request)
     if out_dir:
@@ -245,6 +246,12 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
                   gradient_noise, ramp, deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
                   fix_text, workers, full_space=False, **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
+    from autopar.space import SpaceOptions
+    from autopar.specs import Precision, load_cluster, load_model
+    from solvers.plan_choice import Constraints
+    from solvers.plan_points import FleetInputs
+    from solvers.planner import PlanRequest
+
     if seq_len <= 0:
         raise InputError("seq-len", seq_len, "must be a positive integer")
     if batches <= 0 or workers <= 0:

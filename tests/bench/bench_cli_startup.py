@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = [["--version"], ["--help"], *[[c, "--help"] for c in ("search", "estimate", "emit", "validate", "sweep", "tune", "comm", "calibrate")]]
+CASES = [["--version"], ["--help"], *[[c, "--help"] for c in ("search", "estimate", "emit", "validate", "sweep", "tune", "comm", "calibrate", "plan")], ["calibrate", "nccl", "--help"]]
 
 
 def best_seconds(cmd: list[str], repeat: int) -> float:

@@ -12,7 +12,7 @@ import click
 import pytest
 
 from autopar.cli import COMMANDS, main
-from autopar.cli.common import FRAMEWORKS, OBJECTIVES, PRECISIONS
+from autopar.cli.common import COLLECTIVES, FRAMEWORKS, NCCL_ALGORITHMS, NCCL_PROTOCOLS, OBJECTIVES, PLAN_OBJECTIVES, PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("numpy", "pydantic", "ortools", "optuna", "scipy", "matplotlib", "rich")
@@ -27,7 +27,7 @@ print("heavy:" + ",".join(m for m in {heavy!r} if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("args", [["--version"], ["--help"], *[[c, "--help"] for c in ("search", "estimate", "emit", "validate", "sweep", "tune")]])
+@pytest.mark.parametrize("args", [["--version"], ["--help"], *[[c, "--help"] for c in ("search", "estimate", "emit", "validate", "sweep", "tune", "plan", "comm")], ["calibrate", "nccl", "--help"]])
 def test_help_imports_no_heavy_library(args):
     proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], cwd=ROOT, capture_output=True, text=True, check=True)
     assert proc.stdout.splitlines()[-1] == "heavy:", f"autopar {' '.join(args)} imported {proc.stdout.splitlines()[-1]}"
@@ -50,6 +50,14 @@ def test_spelled_choices_match_the_enums():
 
     assert PRECISIONS == tuple(p.value for p in Precision)
     assert OBJECTIVES == tuple(o.value for o in Objective)
+    from solvers.plan_choice import OBJECTIVES as PLAN_CHOICE_OBJECTIVES
+
+    assert PLAN_OBJECTIVES == PLAN_CHOICE_OBJECTIVES
+    from autopar.cost.comm import Collective
+    from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
+
+    assert COLLECTIVES == tuple(c.value for c in Collective)
+    assert (NCCL_ALGORITHMS, NCCL_PROTOCOLS) == (ALGORITHMS, PROTOCOLS)
     assert FRAMEWORKS == tuple(FORMATS)
     assert FIXABLE == SPACE_FIXABLE
     from autopar.cli.search import PER_STAGE_CORES, PER_STAGE_SECONDS
