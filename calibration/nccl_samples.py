@@ -7,7 +7,8 @@ from pathlib import Path
 
 from calibration.nccl_log import NcclLog, read_log
 
-DATA = Path(__file__).resolve().parent / "data" / "nccl"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "calibration" / "data" / "nccl"
 
 # file -> (ranks, nodes, why the log cannot tell them)
 OVERRIDES: dict[str, tuple[int | None, int | None, str]] = {
@@ -25,4 +26,6 @@ OVERRIDES: dict[str, tuple[int | None, int | None, str]] = {
 def read_sample(name: str) -> NcclLog:
     """A sample log by its path under calibration/data/nccl, with the shape its source gives."""
     ranks, nodes, _ = OVERRIDES.get(name, (None, None, ""))
-    return read_log(DATA / name, ranks, nodes)
+    log = read_log(DATA / name, ranks, nodes)
+    log.path = str((DATA / name).relative_to(ROOT))  # reports name it inside the project, not this checkout's location
+    return log
