@@ -19,70 +19,80 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.cost.context import Batch
-from autopar.cost.pipeline import ZERO_BUBBLE
-from autopar.cost.compose import compose_outer, evaluate_cores
+from autopar.cost.compose import core_rows, step_and_memory
 from solvers.base import Objective, Ranking, feasible, objective_values
 
 STEP_QUANTUM_SECONDS = 1e-6  # one integer unit of step time in the model
 SEED = 20261129
+CHUNK_ROWS = 100_000  # plans costed at once (as solvers.exhaustive)
 
 
 @dataclass
 class Tables:
-    """The data of the CP-SAT model, all indexed by core or outer option."""
+    """The data of the CP-SAT model: the (core, outer) pairs that fit in memory, each named by
+    the space row it stands for."""
 
     core_of_row: np.ndarray  # space row -> core index
-    outer_of_row: np.ndarray  # space row -> outer index
-    microbatches: np.ndarray  # core -> m
-    t_max: np.ndarray  # core -> critical stage seconds per micro-batch
-    rest: np.ndarray  # core -> the other stages' seconds per micro-batch
-    fixed: np.ndarray  # core -> DP + optimizer + overhead seconds
-    outer_vpp: np.ndarray  # outer -> vpp
-    outer_zero_bubble: np.ndarray  # outer -> 1 for zero-bubble
-    allowed: list[tuple[int, int]]  # (core, outer) pairs that fit in memory
-    row_of_pair: dict[tuple[int, int], int]
+    outer_of_row: np.ndarray  # space row -> outer index (vpp, schedule)
+    pair_rows: np.ndarray  # pair index -> space row, the rows that fit, in space order
     step_seconds: np.ndarray  # space row -> exact step seconds (composed)
     memory_bytes: np.ndarray  # space row -> peak memory
 
 
-def build_tables(batch: Batch) -> Tables:
+def build_tables(batch: Batch, chunk_rows: int = CHUNK_ROWS) -> Tables:
+    """Cost every core once, a bounded chunk of cores at a time (a 6M-plan DeepSeek-V3 space
+    has 5M cores: costed in one piece, its (plans x stages) arrays took over 3.5 GB and half
+    an hour; chunked, memory stays at one chunk's arrays)."""
     tab = batch.tab
-    result, core_of_row, core_batch = evaluate_cores(batch)
+    _, core_of_row = core_rows(batch)
     outer_keys = np.stack([tab.vpp, tab.schedule], axis=1)
-    outers, outer_of_row = np.unique(outer_keys, axis=0, return_inverse=True)
-    outer_of_row = outer_of_row.ravel()
-    step, memory = compose_outer(result, core_of_row, batch.microbatches, tab.pp, tab.vpp, tab.schedule, batch.params)
-    fixed = sum(result.time[k] for k in ("dp_comm", "optimizer_step", "step_overhead"))
-    ok = feasible(batch, memory)
-    pairs = list(zip(core_of_row[ok].tolist(), outer_of_row[ok].tolist()))
-    return Tables(
-        core_of_row=core_of_row, outer_of_row=outer_of_row, microbatches=core_batch.microbatches.astype(np.int64),
-        t_max=result.stage_max_seconds, rest=result.stage_rest_seconds, fixed=fixed,
-        outer_vpp=outers[:, 0].astype(np.int64), outer_zero_bubble=(outers[:, 1] == ZERO_BUBBLE).astype(np.int64),
-        allowed=pairs, row_of_pair={pair: int(r) for pair, r in zip(pairs, np.flatnonzero(ok).tolist())},
-        step_seconds=step, memory_bytes=memory,
-    )
+    _, outer_of_row = np.unique(outer_keys, axis=0, return_inverse=True)
+    n = len(tab)
+    step, memory = np.empty(n), np.empty(n)
+    # rows in core order, so that a chunk holds whole cores (each is costed once, not per chunk)
+    by_core = np.argsort(core_of_row, kind="stable")
+    for start in range(0, n, chunk_rows):
+        rows = by_core[start:start + chunk_rows]
+        sub = Batch(batch.model, batch.cluster, batch.training, batch.params, tab.take(rows))
+        step[rows], memory[rows] = step_and_memory(sub)
+    return Tables(core_of_row=core_of_row, outer_of_row=outer_of_row.ravel(),
+                  pair_rows=np.flatnonzero(feasible(batch, memory)), step_seconds=step, memory_bytes=memory)
 
 
-def build_model(tables: Tables) -> tuple[cp_model.CpModel, dict[str, cp_model.IntVar]]:
-    """An index variable over the (core, outer) pairs that fit and one element constraint for
-    the step, whose table is the sum of the integer-scaled terms m x T_max, R / vpp (0 for
-    zero-bubble) and F, each rounded to STEP_QUANTUM_SECONDS (so within 1.5 quanta).
+def quantised_steps(tables: Tables) -> np.ndarray:
+    """Step of every allowed pair in integer STEP_QUANTUM_SECONDS."""
+    return np.rint(tables.step_seconds[tables.pair_rows] / STEP_QUANTUM_SECONDS).astype(np.int64)
+
+
+def candidate_pairs(tables: Tables, top_k: int | None) -> np.ndarray:
+    """Pair indices the model needs for the top_k: those whose quantised step is at most the
+    top_k-th smallest (ties kept). Every pair left out is slower than top_k pairs kept, so the
+    first top_k solutions of the reduced model are those of the full one.
+    Measured (DeepSeek-V3 on 2,048 H800, full placement space): an element over all 2.56M
+    pairs that fit had not solved after 10 minutes with one worker."""
+    total = quantised_steps(tables)
+    if top_k is None or top_k >= len(total):
+        return np.arange(len(total))
+    kth = np.partition(total, top_k - 1)[top_k - 1]
+    return np.flatnonzero(total <= kth)
+
+
+def build_model(tables: Tables, pairs: np.ndarray | None = None) -> tuple[cp_model.CpModel, dict[str, cp_model.IntVar]]:
+    """An index variable over the (core, outer) pairs that fit (or the given subset of pair
+    indices: candidate_pairs) and one element constraint for the step, whose table is the
+    composed step m x T_max + fill + F of each pair rounded to STEP_QUANTUM_SECONDS.
 
     Measured on the LLaMA-3 70B (24k pairs) and 405B spaces with one worker: stating the
     product and the division as CP-SAT multiplication/division equalities took 6-60 s per
     solve, and tying three element terms by a linear equality exhausted 24 GiB of memory;
     a single element solves in ~0.5 s. The degrees' product rule is built into the space.
+    The variable "pair" indexes `pairs` (all pairs when None).
     """
     model = cp_model.CpModel()
-    pairs = np.asarray(tables.allowed, dtype=np.int64)
-    core_idx, outer_idx = pairs[:, 0], pairs[:, 1]
-    q = lambda x: np.rint(np.asarray(x) / STEP_QUANTUM_SECONDS).astype(np.int64)  # noqa: E731
-    # body m x T_max, fill (autopar.cost.pipeline.pipeline_fill) and F, composed in numpy
-    # (autopar.cost.compose) for each allowed (core, outer) pair
-    rows = np.asarray([tables.row_of_pair[(int(c), int(o))] for c, o in zip(core_idx, outer_idx)], dtype=np.int64)
-    total = q(tables.step_seconds[rows])
-    pair = model.new_int_var(0, len(pairs) - 1, "pair")
+    total = quantised_steps(tables)
+    if pairs is not None:
+        total = total[pairs]
+    pair = model.new_int_var(0, len(total) - 1, "pair")
     step = model.new_int_var(int(total.min()), int(total.max()), "step")
     model.add_element(pair, total.tolist(), step)
     model.minimize(step)
@@ -98,23 +108,27 @@ def solve_model(model: cp_model.CpModel, time_limit_seconds: float | None = None
     return solver, solver.solve(model)
 
 
-def solve(batch: Batch, objective: Objective, top_k: int) -> Ranking:
-    tables = build_tables(batch)
+def solve(batch: Batch, objective: Objective, top_k: int, tables: Tables | None = None) -> Ranking:
+    """The top_k plans, one CP-SAT solve each (each found pair is then forbidden). `tables`
+    from an earlier solve of the same batch (Ranking.extra["tables"]) are reused."""
+    tables = tables if tables is not None else build_tables(batch)
     ok = feasible(batch, tables.memory_bytes)
     best_mem = int(np.argmin(tables.memory_bytes)) if len(tables.memory_bytes) else None
     common = dict(num_evaluated=len(batch.tab), num_feasible=int(ok.sum()), solver="cpsat", min_memory_row=best_mem,
-                  min_memory_bytes=float(tables.memory_bytes[best_mem]) if best_mem is not None else None)
-    if not tables.allowed:
+                  min_memory_bytes=float(tables.memory_bytes[best_mem]) if best_mem is not None else None,
+                  extra={"tables": tables})
+    if not len(tables.pair_rows):
         return Ranking(rows=np.zeros(0, dtype=int), objective=np.zeros(0), proved_optimal=True, **common)
-    model, var = build_model(tables)
+    pairs = candidate_pairs(tables, top_k)
+    model, var = build_model(tables, pairs)
     rows, proved = [], True
-    for _ in range(min(top_k, len(tables.allowed))):
+    for _ in range(min(top_k, len(pairs))):
         solver, status = solve_model(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         proved &= status == cp_model.OPTIMAL
         index = int(solver.value(var["pair"]))
-        rows.append(tables.row_of_pair[tables.allowed[index]])
+        rows.append(int(tables.pair_rows[pairs[index]]))
         model.add(var["pair"] != index)
     rows_arr = np.asarray(rows, dtype=int)
     values = objective_values(batch, tables.step_seconds[rows_arr], objective)

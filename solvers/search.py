@@ -148,7 +148,7 @@ def _ranked_chunks(req: SearchRequest, batch: Batch, ranking: Ranking) -> Iterat
         if len(rows) < fetch or fetch >= min(CPSAT_MAX_FETCH, ranking.num_feasible):
             return
         fetch = min(4 * fetch, CPSAT_MAX_FETCH)
-        rows = cpsat.solve(batch, req.objective, fetch).rows
+        rows = cpsat.solve(batch, req.objective, fetch, extra.get("tables")).rows
 
 
 class _Walk:
@@ -256,4 +256,4 @@ def _nearest_fix(req: SearchRequest) -> str:
 
 def _fits_somewhere(batch: Batch) -> bool:
     tables = cpsat.build_tables(batch)
-    return bool(tables.allowed)
+    return bool(len(tables.pair_rows))

@@ -64,7 +64,7 @@ def main() -> None:
         "cpsat_tables_seconds": t_tables,
         "cpsat_solve_seconds": t_solve,
         "cpsat_status": solver.status_name(status),
-        "cpsat_pairs": len(tables.allowed),
+        "cpsat_pairs": len(tables.pair_rows),
         "best_step_seconds_exhaustive": float(oracle.objective[0]),
         "best_step_seconds_cpsat": best_cp,
         "best_plan": space.plan(int(oracle.rows[0])).text(),

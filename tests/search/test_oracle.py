@@ -4,6 +4,7 @@ re-evaluating CP-SAT's plan reproduces its objective."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autopar.cost import estimate
@@ -57,7 +58,7 @@ def test_cpsat_matches_oracle(case):
     solver, status = cpsat.solve_model(model)
     assert solver.status_name(status) == "OPTIMAL"
     index = int(solver.value(var["pair"]))
-    row = tables.row_of_pair[tables.allowed[index]]
+    row = int(tables.pair_rows[index])
     cpsat_seconds = solver.objective_value * Q
     # same optimum: three terms rounded to the quantum (<= 1.5 Q each way) -> within 3 quanta
     assert abs(cpsat_seconds - oracle.objective[0]) <= 3 * Q
@@ -104,3 +105,42 @@ def test_stage_layouts_are_a_search_dimension():
     cp = cpsat.solve(wide, Objective.throughput, 1)
     assert oracle.objective[0] <= best_plain
     assert abs(cp.objective[0] - oracle.objective[0]) <= 3 * Q
+
+
+def test_chunked_tables_equal_one_piece():
+    # build_tables costs the space a chunk of cores at a time (bounded memory on 6M-plan
+    # spaces): any chunk size gives the same step and memory of every plan, bit for bit
+    batch = _batch("mixtral-8x7b", "dgx-h100", 32, 4096, 64, "bf16", {})
+    whole = cpsat.build_tables(batch, chunk_rows=len(batch.tab))
+    chunked = cpsat.build_tables(batch, chunk_rows=997)
+    assert len(batch.tab) > 5 * 997
+    assert chunked.step_seconds.tolist() == whole.step_seconds.tolist()
+    assert chunked.memory_bytes.tolist() == whole.memory_bytes.tolist()
+    assert chunked.pair_rows.tolist() == whole.pair_rows.tolist()
+
+
+def test_candidate_pairs_keep_ties_at_the_kth_step():
+    # steps 5, 3, 3, 9, 3, 4 quanta: the 2nd smallest is 3, so every pair at 3 stays (ties kept)
+    # and 4, 5, 9 are dropped; the 4th smallest is 4, so 3, 3, 3, 4 stay
+    steps = np.array([5, 3, 3, 9, 3, 4]) * Q
+    tables = cpsat.Tables(core_of_row=np.arange(6), outer_of_row=np.zeros(6, dtype=int), pair_rows=np.arange(6),
+                          step_seconds=steps, memory_bytes=np.zeros(6))
+    assert cpsat.candidate_pairs(tables, 2).tolist() == [1, 2, 4]
+    assert cpsat.candidate_pairs(tables, 4).tolist() == [1, 2, 4, 5]
+    assert cpsat.candidate_pairs(tables, None).tolist() == list(range(6))
+
+
+def test_top_k_over_candidate_pairs_equals_the_full_model():
+    # the reduced model's top 12 (one solve each, found pair forbidden) are the full model's
+    batch = _batch("llama3-8b", "dgx-h100", 8, 8192, 32, "bf16", {})
+    tables = cpsat.build_tables(batch)
+    model, var = cpsat.build_model(tables)
+    full = []
+    for _ in range(12):
+        solver, _status = cpsat.solve_model(model)
+        index = int(solver.value(var["pair"]))
+        full.append(round(solver.objective_value))
+        model.add(var["pair"] != index)
+    reduced = cpsat.solve(batch, Objective.throughput, 12, tables)
+    assert len(reduced.rows) == 12
+    assert np.rint(reduced.objective / Q).astype(int).tolist() == full
