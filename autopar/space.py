@@ -9,16 +9,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autopar.cost.rules import legal_mask
-from autopar.cost.table import CP_ALGO, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable
+from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable
 from autopar.errors import InputError
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, GradSync, Plan, RankOrder, Recompute, Schedule, stage_layout
+from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, Schedule, stage_layout
 from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
 MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use 2-8; any vpp can be given)
-FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order")
+FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order",
+           "dispatcher", "ep_overlap")
+ALLTOALL, DEEPEP = DISPATCHER.index(Dispatcher.alltoall), DISPATCHER.index(Dispatcher.deepep)
 
 
 def divisors(n: int) -> list[int]:
@@ -70,7 +72,7 @@ def _allowed(name: str, values: list, fixed: dict[str, object]) -> list:
     if name not in fixed:
         return values
     want = fixed[name]
-    if isinstance(want, (Recompute, Schedule, CpAlgo, RankOrder)):
+    if isinstance(want, (Recompute, Schedule, CpAlgo, RankOrder, Dispatcher)):
         want = want.value
     return [v for v in values if (v.value if hasattr(v, "value") else v) == want]
 
@@ -95,7 +97,7 @@ def candidate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                 dp = n // (tp * cp * pp)
                 if "dp" in fixed and fixed["dp"] != dp:
                     continue
-                block = _block(model, training, opts, fixed, tp, cp, pp, dp)
+                block = _block(model, training, opts, fixed, tp, cp, pp, dp, gpn)
                 if block is not None:
                     blocks.append(block)
     if not blocks:
@@ -138,7 +140,30 @@ def virtual_stage_options(model: ModelSpec, pp: int, max_vpp: int = MAX_VPP) -> 
     return [v for v in range(2, most + 1) if any(n % v == 0 for n in shares)]
 
 
-def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray] | None:
+def ep_comm_options(ep: int, gpus_per_node: int, fixed: dict[str, object]) -> list[tuple[int, int]]:
+    """(dispatcher, ep_overlap) pairs offered for an EP degree. An EP group larger than a node
+    crosses the network: there DeepEP's node-deduplicated dispatch with the AllToAll overlapped
+    by another micro-batch's compute (DeepSeek-V3 report sec. 3.2: DualPipe + DeepEP; Megatron
+    --moe-token-dispatcher-type flex --overlap-moe-expert-parallel-comm) is offered beside the
+    plain AllToAll. Within a node DeepEP moves the same bytes over NVLink as the AllToAll, and the
+    allgather dispatcher (every token to every EP rank) only pays off for small EP: those, and any
+    other pair, are given with --fix dispatcher=...,ep_overlap=on. Offering every pair would
+    multiply a 6M-plan DeepSeek-V3 space by six."""
+    if ep == 1:
+        pairs = [(ALLTOALL, 0)]
+    elif "dispatcher" in fixed or "ep_overlap" in fixed:
+        pairs = [(d, o) for d in range(len(DISPATCHER)) for o in (0, 1)]
+    else:
+        pairs = [(ALLTOALL, 0)] + ([(DEEPEP, 1)] if ep > gpus_per_node else [])
+    if "dispatcher" in fixed:
+        want = Dispatcher(fixed["dispatcher"])
+        pairs = [(d, o) for d, o in pairs if DISPATCHER[d] == want]
+    if "ep_overlap" in fixed:
+        pairs = [(d, o) for d, o in pairs if o == int(bool(fixed["ep_overlap"]))]
+    return pairs
+
+
+def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> dict[str, np.ndarray] | None:
     """The cartesian product of the remaining dimensions for one (tp, cp, pp), as columns."""
     per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 1
     mbs = _allowed("mbs", [b for b in divisors(per_replica) if b <= opts.max_micro_batch], fixed)
@@ -157,13 +182,17 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray
     algos = [CP_ALGO.index(a) for a in _allowed("cp_algo", [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring], fixed)]
     orders = [ORDER.index(o) for o in _allowed("order", list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp], fixed)]
     layouts = [(NONE, NONE)] + (end_stage_layouts(model.num_layers, pp) if opts.stage_layouts else [])
-    dims = [_allowed("ep", eps, fixed), _allowed("etp", etps, fixed), range(len(pipes)), mbs, _allowed("zero", zeros, fixed),
+    # (ep, dispatcher, ep_overlap) triples: the EP communication options depend on the EP degree
+    ep_comm = [(e, d, o) for e in _allowed("ep", eps, fixed) for d, o in ep_comm_options(e, gpus_per_node, fixed)]
+    dims = [range(len(ep_comm)), _allowed("etp", etps, fixed), range(len(pipes)), mbs, _allowed("zero", zeros, fixed),
             recomputes, _allowed("sp", [1, 0] if tp > 1 else [0], fixed), algos, orders, range(len(layouts))]
     if any(len(d) == 0 for d in dims):
         return None
     grid = [g.ravel() for g in np.meshgrid(*[np.asarray(list(d), dtype=np.int64) for d in dims], indexing="ij")]
-    ep, etp, pipe, b, zero, rc, sp, algo, order, lay = grid
+    epc, etp, pipe, b, zero, rc, sp, algo, order, lay = grid
     pipes_arr, layouts_arr = np.asarray(pipes, dtype=np.int64), np.asarray(layouts, dtype=np.int64)
+    ep_comm_arr = np.asarray(ep_comm, dtype=np.int64)
+    ep = ep_comm_arr[epc, 0]
     n = len(ep)
     full = lambda v: np.full(n, v, dtype=np.int64)  # noqa: E731
     microbatch_sync = (zero >= 2) & (pp == 1)
@@ -173,5 +202,5 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp) -> dict[str, np.ndarray
         "tp_overlap": sp, "schedule": pipes_arr[pipe, 1], "cp_algo": algo, "order": order,
         "first": layouts_arr[lay, 0], "last": layouts_arr[lay, 1], "layout": full(NONE), "rc_stages": full(NONE),
         "reshard": full(int(pp == 1)), "grad_sync": np.where(microbatch_sync, GRAD_SYNC.index(GradSync.microbatch), GRAD_SYNC.index(GradSync.step)),
-        "dispatcher": full(0), "ep_overlap": full(0),
+        "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2],
     }

@@ -12,7 +12,8 @@ from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, check_stage_layout, dump
 from autopar.errors import InputError
 
 # autopar.space.FIXABLE, spelled here so that --help imports no numpy (tests/cli/test_lazy.py)
-FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order")
+FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order",
+           "dispatcher", "ep_overlap")
 # solvers.stage_search.DEFAULT_CORES / DEFAULT_SECONDS, spelled here for the same reason
 PER_STAGE_CORES, PER_STAGE_SECONDS = 8, 5.0
 _SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0, "yes": 1, "no": 0}
@@ -38,9 +39,9 @@ def parse_fix(text: str | None) -> dict[str, object]:
             raise InputError("fix", key, f"unknown dimension; can fix: {', '.join(FIXABLE)}")
         if key in out:
             raise InputError(f"fix.{key}", value, f"{key} is given twice")
-        if key == "sp":
+        if key in ("sp", "ep_overlap"):
             if value.lower() not in _SWITCH:
-                raise InputError("fix.sp", value, "must be on or off")
+                raise InputError(f"fix.{key}", value, "must be on or off")
             out[key] = _SWITCH[value.lower()]
             continue
         info = Plan.model_fields[key]

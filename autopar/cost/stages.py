@@ -193,7 +193,9 @@ def sample_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     plans, layers = _sample_plans(core, vectors, model.mtp_num_layers, recompute)
     batch = make_batch(model, cluster, training, plans, params)
     res = evaluate(batch)
-    P, H = len(lo), max(hi) + 1
+    # the last rank's recomputed layers also count its MTP layers (autopar.cost.step
+    # _recomputed_layers caps by the rank's layers, MTP included): R runs to max(hi) + MTP
+    P, H = len(lo), max(hi) + model.mtp_num_layers + 1
     m = int(batch.microbatches[0])
     arrays = {"seconds": res.stage_seconds, **res.stage_step_terms,
               "memory_fixed_bytes": res.memory_fixed_stage, "memory_per_microbatch_bytes": res.memory_per_microbatch_stage}

@@ -209,5 +209,15 @@ def _moe(ns: Namespace, world: int, dp: int, r: Rules) -> None:
         if r.check(groups is not None, "moe_router_group_topk requires moe_router_num_groups", "", "AR"):
             r.check(experts % groups == 0 and ns.moe_router_group_topk <= groups, "num_experts % num_groups == 0 and group_topk <= num_groups",
                     f"num_experts={experts}, num_groups={groups}, group_topk={ns.moe_router_group_topk}", "AR")
+    if ns.overlap_moe_expert_parallel_comm:
+        # read in a public copy of AR validate_args (dcu_megatron's adapter of it, with the
+        # pipeline rule it states as "only supported with vpp or dualpipev")
+        r.check(ep > 1, "--overlap-moe-expert-parallel-comm needs EP > 1", f"expert_model_parallel_size={ep}", "AR (copy)")
+        r.check(ns.moe_token_dispatcher_type in ("alltoall", "flex"), "--overlap-moe-expert-parallel-comm needs the alltoall or flex dispatcher",
+                f"moe_token_dispatcher_type={ns.moe_token_dispatcher_type}", "AR (copy)")
+        r.check(ns.recompute_granularity != "full", "--overlap-moe-expert-parallel-comm excludes full recompute",
+                "recompute_granularity=full", "AR (copy)")
+        r.check(pp == 1 or (_vpp(ns) or 1) > 1, "--overlap-moe-expert-parallel-comm with PP > 1 needs virtual pipeline stages",
+                f"pipeline_model_parallel_size={pp} without a virtual pipeline", "AR (copy)")
     if ns.moe_grouped_gemm:
         r.check(ns.bf16, "--moe-grouped-gemm requires bf16", "grouped GEMM without --bf16", "AR (copy)")

@@ -25,6 +25,7 @@ ROUND_TRIPS = {
     "hsdp_shard": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1,zero_shard_size=8"),
     "block_recompute": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,recompute=full,recompute_num_layers=10"),
     "no_tp_overlap": ("llama3-70b", "dgx-h100", 64, 8192, 64, "tp=8,pp=2,tp_overlap=off,zero=0"),
+    "deepep_overlap": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,vpp=2,zero=1,dispatcher=deepep,ep_overlap=on"),
 }
 TRAINING_VARIANTS = {
     "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
@@ -113,6 +114,10 @@ BAD_PLANS = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,schedule=gpipe", "schedule in {1f1b, interleaved}"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,order=tp-cp-ep-pp-dp", "expert_dp == dp"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,recompute=full,recompute_num_layers=3,vpp=2", "recompute-num-layers per model chunk"),
+    # Megatron's EP A2A overlap: no full recompute, and with PP > 1 only under a virtual pipeline
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,recompute=full,vpp=2,ep_overlap=on", "excludes full recompute"),
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,ep_overlap=on", "needs virtual pipeline stages"),
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,vpp=2,dispatcher=allgather,ep_overlap=on", "alltoall or flex dispatcher"),
 ]
 
 
