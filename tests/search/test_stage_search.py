@@ -94,3 +94,23 @@ def test_bad_per_stage_options_are_one_line(flag, value):
     res = CliRunner().invoke(main, ["search", *ARGS, flag, value])
     assert res.exit_code == 1
     assert res.output.strip() == f"Error: {flag.lstrip('-')}={float(value) if 'seconds' in flag else int(value)}: must be positive"
+
+
+def test_mtp_rank_recomputes_its_mtp_layer_too():
+    # DeepSeek-V3 (61 layers + 1 MTP) on PP16: with full recompute the last rank recomputes its
+    # decoder layers and the MTP layer (1 + 1 = 2 on a 1-layer rank); the per-stage tables once
+    # had no row for R = L + 1 and the search stopped with an IndexError
+    m, c = load_model("deepseek-v3"), load_cluster("hgx-h800").with_gpus(2048)
+    t = TrainingSpec(seq_len=4096, global_batch_size=15360, precision="fp8")
+    fixed = {"tp": 1, "pp": 16, "cp": 1, "ep": 64, "mbs": 1, "zero": 1, "recompute": "full", "order": "tp-cp-ep-dp-pp",
+             "dispatcher": "deepep", "ep_overlap": 1}
+    out = run_search(SearchRequest(m, c, t, top_k=3, params=params_for_cluster(c), options=SpaceOptions(fixed=fixed),
+                                   per_stage=PerStageOptions()))
+    info = out.results.search.per_stage
+    assert info is not None and len(info.solves) > 0
+    assert {s.status for s in info.solves} <= {"OPTIMAL", "FEASIBLE", "BALANCED"}
+    # the per-stage plan needs less recompute than full on every stage; its last rank holds one
+    # decoder layer and the MTP layer (balanced 61 + MTP over 16) and recomputes neither
+    best = out.results.plans[0].estimate
+    assert best.stages[-1].layers == 1 + 1 and best.stages[-1].recompute_layers == 0
+    assert sum(s.recompute_layers for s in best.stages) < 61
