@@ -207,12 +207,12 @@ def render_script(job: EmitJob, o: dict) -> str:
     notes = [f"Recipe: {module}.{fn}(); the overrides below re-plan it and set every recipe default that would change the plan.",
              "Launch with launch_megatron_bridge.sh (torchrun on every node)."]
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
+    # torch is named only by the pipeline dtype (pp > 1): no unused import otherwise
+    torch_import = "import torch\n\n" if "torch." in lines else ""
     return f'''{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 """Megatron-Bridge pretraining with the autopar plan applied to the {fn} recipe."""
 
-import torch
-
-from {module} import {fn}
+{torch_import}from {module} import {fn}
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 

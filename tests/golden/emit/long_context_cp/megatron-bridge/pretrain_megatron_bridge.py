@@ -9,8 +9,6 @@
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the llama3_8b_pretrain_config recipe."""
 
-import torch
-
 from megatron.bridge.recipes.llama import llama3_8b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
