@@ -78,19 +78,34 @@ def _allowed(name: str, values: list, fixed: dict[str, object]) -> list:
 
 
 def enumerate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SpaceOptions | None = None) -> PlanTable:
-    """Every legal plan for the cluster's GPU count (product tp*cp*pp*dp = N by construction)."""
-    tab = candidate_space(model, cluster, training, options)
-    return tab.take(np.flatnonzero(legal_mask(model, cluster, training, tab)))
+    """Every legal plan for the cluster's GPU count (product tp*cp*pp*dp = N by construction).
+    Each (tp, cp, pp) block is filtered before the blocks are joined: only legal rows are copied
+    (the DeepSeek-V3 2,048-GPU candidates, joined whole, took 26 s of a 31 s enumeration here)."""
+    legal = []
+    for block in _blocks(model, cluster, training, options):
+        tab = PlanTable(**block)
+        legal.append(tab.take(np.flatnonzero(legal_mask(model, cluster, training, tab))).columns())
+    return _join(legal)
 
 
 def candidate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SpaceOptions | None = None) -> PlanTable:
     """The cartesian product of each dimension's candidate values, before the cross-dimension rules."""
+    return _join(list(_blocks(model, cluster, training, options)))
+
+
+def _join(blocks: list[dict[str, np.ndarray]]) -> PlanTable:
+    if not blocks:
+        return PlanTable(**{k: np.zeros(0, dtype=np.int64) for k in PlanTable.__dataclass_fields__})
+    return PlanTable(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
+
+
+def _blocks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SpaceOptions | None):
+    """The candidate columns of each (tp, cp, pp), in enumeration order."""
     opts = options or SpaceOptions()
     fixed = _fixed_plan_fields(dict(opts.fixed))
     n = cluster.num_gpus
     gpn = cluster.gpus_per_node
     tps = [t for t in divisors(n) if opts.allow_tp_across_nodes or t <= gpn]
-    blocks = []
     for tp in _allowed("tp", tps, fixed):
         for cp in _allowed("cp", divisors(n // tp), fixed):
             for pp in _allowed("pp", [p for p in divisors(n // (tp * cp)) if p <= model.num_layers], fixed):
@@ -99,10 +114,7 @@ def candidate_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                     continue
                 block = _block(model, training, opts, fixed, tp, cp, pp, dp, gpn)
                 if block is not None:
-                    blocks.append(block)
-    if not blocks:
-        return PlanTable(**{k: np.zeros(0, dtype=np.int64) for k in PlanTable.__dataclass_fields__})
-    return PlanTable(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
+                    yield block
 
 
 def end_stage_layouts(num_layers: int, pp: int, spread: int = 2) -> list[tuple[int, int]]:

@@ -19,7 +19,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.cost.context import Batch
-from autopar.cost.compose import core_rows, step_and_memory
+from autopar.cost.compose import step_and_memory_chunked
 from solvers.base import Objective, Ranking, feasible, objective_values
 
 STEP_QUANTUM_SECONDS = 1e-6  # one integer unit of step time in the model
@@ -32,31 +32,15 @@ class Tables:
     """The data of the CP-SAT model: the (core, outer) pairs that fit in memory, each named by
     the space row it stands for."""
 
-    core_of_row: np.ndarray  # space row -> core index
-    outer_of_row: np.ndarray  # space row -> outer index (vpp, schedule)
     pair_rows: np.ndarray  # pair index -> space row, the rows that fit, in space order
     step_seconds: np.ndarray  # space row -> exact step seconds (composed)
     memory_bytes: np.ndarray  # space row -> peak memory
 
 
 def build_tables(batch: Batch, chunk_rows: int = CHUNK_ROWS) -> Tables:
-    """Cost every core once, a bounded chunk of cores at a time (a 6M-plan DeepSeek-V3 space
-    has 5M cores: costed in one piece, its (plans x stages) arrays took over 3.5 GB and half
-    an hour; chunked, memory stays at one chunk's arrays)."""
-    tab = batch.tab
-    _, core_of_row = core_rows(batch)
-    outer_keys = np.stack([tab.vpp, tab.schedule], axis=1)
-    _, outer_of_row = np.unique(outer_keys, axis=0, return_inverse=True)
-    n = len(tab)
-    step, memory = np.empty(n), np.empty(n)
-    # rows in core order, so that a chunk holds whole cores (each is costed once, not per chunk)
-    by_core = np.argsort(core_of_row, kind="stable")
-    for start in range(0, n, chunk_rows):
-        rows = by_core[start:start + chunk_rows]
-        sub = Batch(batch.model, batch.cluster, batch.training, batch.params, tab.take(rows))
-        step[rows], memory[rows] = step_and_memory(sub)
-    return Tables(core_of_row=core_of_row, outer_of_row=outer_of_row.ravel(),
-                  pair_rows=np.flatnonzero(feasible(batch, memory)), step_seconds=step, memory_bytes=memory)
+    """Cost every plan, each core once per chunk (autopar.cost.compose.step_and_memory_chunked)."""
+    step, memory = step_and_memory_chunked(batch, chunk_rows)
+    return Tables(pair_rows=np.flatnonzero(feasible(batch, memory)), step_seconds=step, memory_bytes=memory)
 
 
 def quantised_steps(tables: Tables) -> np.ndarray:

@@ -8,25 +8,16 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.cost.compose import step_and_memory
+from autopar.cost.compose import step_and_memory_chunked
 from autopar.cost.context import Batch
-from autopar.cost.table import PlanTable
 from solvers.base import Objective, Ranking, feasible, objective_values
 
 CHUNK_ROWS = 100_000
 
 
 def solve(batch: Batch, objective: Objective, top_k: int, progress: Callable[[int, int], None] | None = None) -> Ranking:
-    tab: PlanTable = batch.tab
-    n = len(tab)
-    step = np.empty(n)
-    memory = np.empty(n)
-    for start in range(0, n, CHUNK_ROWS):
-        rows = np.arange(start, min(n, start + CHUNK_ROWS))
-        sub = Batch(batch.model, batch.cluster, batch.training, batch.params, tab.take(rows))
-        step[rows], memory[rows] = step_and_memory(sub)
-        if progress:
-            progress(int(rows[-1]) + 1, n)
+    n = len(batch.tab)
+    step, memory = step_and_memory_chunked(batch, CHUNK_ROWS, progress)
     values = objective_values(batch, step, objective)
     ok = feasible(batch, memory)
     order = np.flatnonzero(ok)[np.argsort(values[ok], kind="stable")]

@@ -108,7 +108,7 @@ def test_stage_layouts_are_a_search_dimension():
 
 
 def test_chunked_tables_equal_one_piece():
-    # build_tables costs the space a chunk of cores at a time (bounded memory on 6M-plan
+    # build_tables costs the space a chunk of plans at a time (bounded memory on 9M-plan
     # spaces): any chunk size gives the same step and memory of every plan, bit for bit
     batch = _batch("mixtral-8x7b", "dgx-h100", 32, 4096, 64, "bf16", {})
     whole = cpsat.build_tables(batch, chunk_rows=len(batch.tab))
@@ -123,8 +123,7 @@ def test_candidate_pairs_keep_ties_at_the_kth_step():
     # steps 5, 3, 3, 9, 3, 4 quanta: the 2nd smallest is 3, so every pair at 3 stays (ties kept)
     # and 4, 5, 9 are dropped; the 4th smallest is 4, so 3, 3, 3, 4 stay
     steps = np.array([5, 3, 3, 9, 3, 4]) * Q
-    tables = cpsat.Tables(core_of_row=np.arange(6), outer_of_row=np.zeros(6, dtype=int), pair_rows=np.arange(6),
-                          step_seconds=steps, memory_bytes=np.zeros(6))
+    tables = cpsat.Tables(pair_rows=np.arange(6), step_seconds=steps, memory_bytes=np.zeros(6))
     assert cpsat.candidate_pairs(tables, 2).tolist() == [1, 2, 4]
     assert cpsat.candidate_pairs(tables, 4).tolist() == [1, 2, 4, 5]
     assert cpsat.candidate_pairs(tables, None).tolist() == list(range(6))
