@@ -72,7 +72,7 @@ def _allowed(name: str, values: list, fixed: dict[str, object]) -> list:
     if name not in fixed:
         return values
     want = fixed[name]
-    if isinstance(want, (Recompute, Schedule, CpAlgo, RankOrder, Dispatcher)):
+    if isinstance(want, (Recompute, Schedule, CpAlgo, RankOrder)):
         want = want.value
     return [v for v in values if (v.value if hasattr(v, "value") else v) == want]
 
@@ -103,6 +103,8 @@ def _blocks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, opti
     """The candidate columns of each (tp, cp, pp), in enumeration order."""
     opts = options or SpaceOptions()
     fixed = _fixed_plan_fields(dict(opts.fixed))
+    if not model.is_moe and fixed.get("ep_overlap"):
+        raise InputError("fix.ep_overlap", "on", f"overlaps expert-parallel communication: {model.name} has no experts")
     n = cluster.num_gpus
     gpn = cluster.gpus_per_node
     tps = [t for t in divisors(n) if opts.allow_tp_across_nodes or t <= gpn]

@@ -8,7 +8,8 @@ is the same composition in numpy). Memory depends on the in-flight micro-batches
 (core, outer) pairs that fit in HBM are an allowed-assignments table.
 Model: an index over the (core, outer) pairs that fit; an element constraint reads the step,
 whose table combines the term tables (see build_model for why the combination is in the data).
-Solve: one worker and a fixed seed (reproducible); top-k by forbidding each found pair.
+Solve: one worker and a fixed seed (reproducible); top-k by forbidding each found pair, over
+the pairs at or below the k-th step only (candidate_pairs: exact for the top k).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.cost.context import Batch
-from autopar.cost.compose import step_and_memory_chunked
+from autopar.cost.compose import COST_CHUNK_ROWS, step_and_memory_chunked
 from solvers.base import Objective, Ranking, feasible, objective_values
 
 STEP_QUANTUM_SECONDS = 1e-6  # one integer unit of step time in the model
 SEED = 20261129
-CHUNK_ROWS = 100_000  # plans costed at once (as solvers.exhaustive)
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Tables:
     memory_bytes: np.ndarray  # space row -> peak memory
 
 
-def build_tables(batch: Batch, chunk_rows: int = CHUNK_ROWS) -> Tables:
+def build_tables(batch: Batch, chunk_rows: int = COST_CHUNK_ROWS) -> Tables:
     """Cost every plan, each core once per chunk (autopar.cost.compose.step_and_memory_chunked)."""
     step, memory = step_and_memory_chunked(batch, chunk_rows)
     return Tables(pair_rows=np.flatnonzero(feasible(batch, memory)), step_seconds=step, memory_bytes=memory)
@@ -96,9 +96,8 @@ def solve(batch: Batch, objective: Objective, top_k: int, tables: Tables | None 
     """The top_k plans, one CP-SAT solve each (each found pair is then forbidden). `tables`
     from an earlier solve of the same batch (Ranking.extra["tables"]) are reused."""
     tables = tables if tables is not None else build_tables(batch)
-    ok = feasible(batch, tables.memory_bytes)
     best_mem = int(np.argmin(tables.memory_bytes)) if len(tables.memory_bytes) else None
-    common = dict(num_evaluated=len(batch.tab), num_feasible=int(ok.sum()), solver="cpsat", min_memory_row=best_mem,
+    common = dict(num_evaluated=len(batch.tab), num_feasible=len(tables.pair_rows), solver="cpsat", min_memory_row=best_mem,
                   min_memory_bytes=float(tables.memory_bytes[best_mem]) if best_mem is not None else None,
                   extra={"tables": tables})
     if not len(tables.pair_rows):

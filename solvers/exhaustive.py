@@ -12,12 +12,10 @@ from autopar.cost.compose import step_and_memory_chunked
 from autopar.cost.context import Batch
 from solvers.base import Objective, Ranking, feasible, objective_values
 
-CHUNK_ROWS = 100_000
-
 
 def solve(batch: Batch, objective: Objective, top_k: int, progress: Callable[[int, int], None] | None = None) -> Ranking:
     n = len(batch.tab)
-    step, memory = step_and_memory_chunked(batch, CHUNK_ROWS, progress)
+    step, memory = step_and_memory_chunked(batch, progress=progress)
     values = objective_values(batch, step, objective)
     ok = feasible(batch, memory)
     order = np.flatnonzero(ok)[np.argsort(values[ok], kind="stable")]

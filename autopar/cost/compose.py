@@ -54,7 +54,10 @@ def step_and_memory(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     return compose_outer(result, core_of_row, batch.microbatches, t.pp, t.vpp, t.schedule, batch.params)
 
 
-def step_and_memory_chunked(batch: Batch, chunk_rows: int = 100_000,
+COST_CHUNK_ROWS = 100_000  # plans costed at once by the solvers
+
+
+def step_and_memory_chunked(batch: Batch, chunk_rows: int = COST_CHUNK_ROWS,
                             progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """step_and_memory a bounded chunk of plans at a time, in space order: memory stays at one
     chunk's (plans x stages) arrays (a 9.4M-plan DeepSeek-V3 space costed in one piece did not

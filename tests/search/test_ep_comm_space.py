@@ -65,3 +65,10 @@ def test_fix_rejects_a_bad_switch():
         parse_fix("ep_overlap=maybe")
     with pytest.raises(InputError, match="fix.dispatcher"):
         parse_fix("dispatcher=nccl")
+
+
+def test_ep_overlap_on_a_dense_model_names_the_rule():
+    m, c = load_model("llama3-8b"), load_cluster("dgx-h100").with_gpus(8)
+    t = TrainingSpec(seq_len=4096, global_batch_size=32)
+    with pytest.raises(InputError, match="fix.ep_overlap.*has no experts"):
+        enumerate_space(m, c, t, SpaceOptions(fixed={"ep_overlap": 1}))
