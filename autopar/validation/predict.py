@@ -5,6 +5,7 @@ coefficients; no per-row or per-source correction."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +47,29 @@ class RowResult(BaseModel):
     skipped: str | None = Field(None, description="Why the row could not be predicted")
 
 
+# Megatron-LM's num_floating_point_operations counts causal attention -- half the score and
+# context FLOPs, "Only half of the attention matrix is non-zero" -- from commit 8873b55d6a
+# (2025-03-06, first in Megatron-Core 0.12.0); earlier releases count the whole matrix.
+MEGATRON_CAUSAL_FLOPS_FROM = (2025, 3)
+# Sources whose code post-dates that change without a dated version on every row: the
+# Megatron-MoE-ModelZoo tables name Megatron-LM main@1e057005 (2025-05-24) or later.
+MEGATRON_CAUSAL_SOURCES = (re.compile(r"Megatron-MoE-ModelZoo", re.I),)
+_YEAR_MONTH = re.compile(r"\b(20\d\d)-(0[1-9]|1[0-2])\b")
+_CORE_RELEASE = re.compile(r"(?:core|MCore)[ _]?[rv]?0\.(\d+)", re.I)
+
+
+def megatron_counts_causal(row: dict[str, Any]) -> bool:
+    """Whether the row's Megatron-LM release counts causal attention in its model TFLOP/s."""
+    version = str(row.get("software_version") or "")
+    releases = [int(m) for m in _CORE_RELEASE.findall(version)]
+    if releases:
+        return min(releases) >= 12
+    dates = [(int(y), int(m)) for y, m in _YEAR_MONTH.findall(version)]
+    if dates:
+        return min(dates) >= MEGATRON_CAUSAL_FLOPS_FROM
+    return any(p.search(str(row.get("source") or "")) for p in MEGATRON_CAUSAL_SOURCES)
+
+
 def source_flops_per_token(row: dict[str, Any], model: ModelSpec) -> tuple[float, str]:
     """FLOPs per token in the row's own accounting (validation README)."""
     kind = f"{row.get('tflops_kind') or ''} {row.get('flop_formula_note') or ''}".lower()
@@ -53,8 +77,11 @@ def source_flops_per_token(row: dict[str, Any], model: ModelSpec) -> tuple[float
     if "eq.(3)" in kind or "96*b*s*l*h^2" in kind:
         # Narayanan et al. 2021 eq. 3, full recompute counted: 96 B s l h^2 (1 + s/6h + V/16lh)
         return 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)), "narayanan_eq3"
-    # Megatron-LM / NeMo model FLOPs: 3 x forward (2 x for LoRA), no recompute, non-causal attention
+    # Megatron-LM / NeMo model FLOPs: 3 x forward (2 x for LoRA), no recompute; attention
+    # non-causal, or causal in Megatron-LM from 2025-03 (its --log-throughput TFLOP/s)
     frozen = str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter")
+    if "megatron" in kind and megatron_counts_causal(row):
+        return model_flops_per_token(model, s, causal=True, frozen_weights=frozen), "megatron_model_flops_causal"
     return model_flops_per_token(model, s, frozen_weights=frozen), "megatron_model_flops"
 
 

@@ -61,7 +61,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo names; GPT, MPT, Nemotron not gated
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
-- vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)"""
+- vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)
+- head_dim: the kv_channels / head_dim its dims_source states, else hidden / heads"""
 
 
 @dataclass
@@ -124,6 +125,16 @@ def row_stack(row: dict[str, Any]) -> Stack:
     return Stack.megatron
 
 
+# A per-head width the row's model config states (Megatron --kv-channels, HF head_dim) where it
+# is not hidden / heads, e.g. Qwen3-235B-A22B: 64 heads x 128 on a 4,096 hidden
+HEAD_DIM_STATED = re.compile(r"\b(?:kv_channels|kv-channels|head_dim)[ =:]*(\d+)", re.I)
+
+
+def _head_dim(row: dict[str, Any]) -> int | None:
+    found = HEAD_DIM_STATED.search(str(row.get("dims_source") or ""))
+    return int(found.group(1)) if found else None
+
+
 def row_model(row: dict[str, Any]) -> ModelSpec:
     name = str(row.get("model_name") or row["id"])
     h, ffn = row["hidden_size"], row.get("ffn_hidden_size") or 4 * row["hidden_size"]
@@ -131,7 +142,7 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
     megatron_gpt = not gated and "megatron" in str(row.get("software", "")).lower() and "gpt" in name.lower()
     fields: dict[str, Any] = {
         "name": name, "num_layers": row["num_layers"], "hidden_size": h,
-        "num_attention_heads": row["num_attention_heads"], "num_kv_heads": row.get("num_kv_heads"),
+        "num_attention_heads": row["num_attention_heads"], "num_kv_heads": row.get("num_kv_heads"), "head_dim": _head_dim(row),
         "ffn_hidden_size": ffn, "gated_mlp": gated, "vocab_size": row.get("vocab_size") or _family_vocab(name),
         "tied_embeddings": not gated and "nemotron" not in name.lower(), "dropout": megatron_gpt,
     }

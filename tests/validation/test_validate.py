@@ -89,3 +89,36 @@ def test_other_published_row_kinds_are_predicted(extra):
     result = predict_row({**row, **extra})
     assert result.skipped is None, result.skipped
     assert result.predicted_tokens_per_second_per_gpu > 0
+
+
+def test_megatron_flop_accounting_by_release():
+    # Megatron-LM counts causal attention (seq/2 in the score and context terms) from commit
+    # 8873b55d6a (2025-03-06, Megatron-Core 0.12). Hand calculation, Qwen3-235B-A22B at 128K
+    # (L 94, h 4096, 64 heads x kv_channels 128, 4 groups, 8 of 128 experts x 1536, vocab 151936):
+    # active parameters per token 18.22e9 (attention 94 x 4096 x (8192 + 2 x 512 + 8192) = 5.92e9,
+    # experts 94 x 8 x 3 x 4096 x 1536 = 14.19e9 ... as autopar counts them); attention core per
+    # token and layer 4 x 64 x 128 x 131072 = 4.29e9 non-causal. Causal halves it:
+    # 3 x (2 x P + 94 x 2.15e9) against 3 x (2 x P + 94 x 4.29e9).
+    from autopar.cost.flops import active_params_per_token
+    from autopar.validation.predict import megatron_counts_causal, source_flops_per_token
+    from autopar.validation.rows import row_model
+    row = {"id": "q", "model_name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+           "num_kv_heads": 4, "ffn_hidden_size": 12288, "vocab_size": 151936, "seq_len": 131072, "moe_num_experts": 128,
+           "moe_top_k": 8, "moe_ffn_hidden_size": 1536, "dims_source": "Qwen3-235B-A22B.yaml (64 heads, 4 query groups, kv_channels 128)",
+           "tflops_kind": "Per GPU TF (Megatron --log-throughput model TFLOPs)", "software_version": "Megatron-LM main(1e057005)",
+           "source": "Megatron-MoE-ModelZoo best_practice/qwen3/readme.md"}
+    model = row_model(row)
+    assert model.head_size == 128  # stated kv_channels, not 4096 / 64
+    p = active_params_per_token(model)
+    core = 4 * 64 * 128 * 131072
+    causal, how = source_flops_per_token(row, model)
+    assert how == "megatron_model_flops_causal"
+    assert causal == pytest.approx(3 * (2 * p + 94 * core / 2), rel=1e-9)
+    old = {**row, "software_version": "Megatron-Core r0.8.0", "source": "Megatron-LM README"}
+    assert not megatron_counts_causal(old)
+    full, how = source_flops_per_token(old, model)
+    assert how == "megatron_model_flops" and full == pytest.approx(3 * (2 * p + 94 * core), rel=1e-9)
+    # dated versions on either side of 2025-03
+    assert megatron_counts_causal({"software_version": "Megatron-LM (MCore dev, 2026-05)"})
+    assert not megatron_counts_causal({"software_version": "Megatron-LM 2024-12"})
+    assert not megatron_counts_causal({"software_version": "MCore ~v0.10-0.11 (paper)"})
