@@ -5,7 +5,8 @@
 tq: 128 x 128 tile quantization; F = 2 batch M N K flops of the kernel; U: factor when a
 dimension is not a multiple of 8 elements. E and half are fitted with scipy least_squares on
 log time over the training-shaped samples (every dimension >= MIN_TRAINING_DIM: decode-like
-M = 1..128 GEMMs are memory-bound, a regime this compute curve does not describe); U comes from
+M = 1..128 GEMMs are memory-bound: autopar.cost.gemm.gemm_seconds bounds them by their HBM bytes,
+not by this compute curve); U comes from
 dimension sweeps (samples that differ only in alignment) as a ratio, so a sweep's absolute
 level (the SwiGLU sweep does not say which H100 variant) does not enter E. Errors are reported
 on the fitted samples and on all samples.

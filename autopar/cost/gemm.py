@@ -48,9 +48,24 @@ def gemm_flops_per_second(dtype: str, gpu: GpuSpec, params: CostParams) -> float
     return peak
 
 
+# Width of a GEMM's input elements; the output is written in bf16 (fp32 GEMMs in fp32)
+INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+
+def gemm_hbm_bytes(m: float, n: float, k: float, dtype: str) -> float:
+    """Bytes a GEMM moves at least: read A (M x K) and B (K x N) once, write C (M x N) once
+    (seed 001 'Что такое GPU?': a bf16 matmul reads or writes 2BD + 2DF + 2BF bytes)."""
+    width = INPUT_BYTES.get(dtype, 2.0)
+    return width * (m * k + k * n) + max(width, 2.0) * m * n
+
+
 def gemm_seconds(m: float, n: float, k: float, dtype: str, gpu: GpuSpec, params: CostParams) -> float:
-    """Time of one GEMM on one GPU."""
+    """Time of one GEMM on one GPU: the larger of its compute time and its HBM time (seed 001:
+    T = max(T_math, T_comms); a skinny GEMM, e.g. a 128-wide K projection at TP 8 or a router
+    over many tokens, is bound by the bytes it moves, not by its FLOPs)."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k
-    return flops / (gemm_flops_per_second(dtype, gpu, params) * gemm_efficiency(m, n, k, dtype, gpu, params))
+    compute = flops / (gemm_flops_per_second(dtype, gpu, params) * gemm_efficiency(m, n, k, dtype, gpu, params))
+    memory = gemm_hbm_bytes(m, n, k, dtype) / (gpu.hbm_bytes_per_second * params.memory.hbm_efficiency)
+    return max(compute, memory)

@@ -148,3 +148,31 @@ def test_rlhf_fleet_memory():
 def test_critical_batch():
     # S0 'Критический размер батча' quiz: tr(Sigma) = 1.6e6, |mu|^2 = 100 -> B* = 16,000
     assert critical_batch_size(1.6e6, 100) == pytest.approx(16000)
+
+
+def test_gemm_roofline_small_batch_matmul(params):
+    # seed 001 'Что такое GPU?': B=64, D=4096, F=8192 bf16 matmul reads/writes 2BD + 2DF + 2BF
+    # = 69e6 bytes: at least 69e6 / (3.35e12 x 0.9 HBM efficiency) = 23 us on H100, though its 4.3e9
+    # FLOPs need only 5.4 us at the dense peak. Our small-GEMM curve (64 rows fill half a 128-row
+    # tile; 4.3e9 / (4.3e9 + 1e10) of the 0.803 MAMF efficiency) gives 36 us, above that floor
+    from autopar.cost.gemm import gemm_hbm_bytes, gemm_seconds
+    h100 = load_gpu("H100")
+    assert gemm_hbm_bytes(64, 8192, 4096, "bf16") == pytest.approx(69e6, rel=0.01)
+    t = gemm_seconds(64, 8192, 4096, "bf16", h100, params)
+    assert t >= 69e6 / (3.35e12 * params.memory.hbm_efficiency)
+    flops = 2 * 64 * 8192 * 4096
+    assert t == pytest.approx(flops / (989.4e12 * 0.803 * 0.5 * flops / (flops + 1e10)), rel=0.02)
+
+
+def test_gemm_roofline_tp8_key_projection(params):
+    # Llama-3 8B key projection at TP 8 over 98,304 tokens: N = 1024 / 8 = 128. Bytes 2 x (98,304 x
+    # 4,096 + 4,096 x 128 + 98,304 x 128) = 831 MB -> 0.276 ms on H100; compute 1.03e11 FLOPs at
+    # 0.803 x 989.4 TFLOP/s x saturation 1.03e11 / (1.03e11 + 1e10) = 0.142 ms: memory-bound, while the
+    # fused Q|K|V projection (N = 768) stays compute-bound (0.86 ms of FLOPs against 0.32 ms of bytes)
+    from autopar.cost.gemm import gemm_seconds
+    h100 = load_gpu("H100")
+    hbm = 3.35e12 * params.memory.hbm_efficiency
+    assert gemm_seconds(98304, 128, 4096, "bf16", h100, params) == pytest.approx(830.5e6 / hbm, rel=0.01)
+    qkv = gemm_seconds(98304, 768, 4096, "bf16", h100, params)
+    flops = 2 * 98304 * 768 * 4096
+    assert qkv == pytest.approx(flops / (989.4e12 * 0.803 * flops / (flops + 1e10)), rel=0.02)
