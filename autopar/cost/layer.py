@@ -27,7 +27,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     """Forward seconds (and FLOPs) of layer `index` for one micro-batch on one GPU."""
     m, t, tr, prm = batch.model, batch.tab, batch.training, batch.params
     dtype, T, B = tr.precision.gemm_dtype, batch.tokens, tr.activation_bytes
-    load = expert_load_factor(tr, prm)
+    load = expert_load_factor(batch)
     moe_tokens = routed_tokens(T, t.tp, t.etp, t.sp == 1)
     gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, load, moe_tokens)
     out = {"gemm": sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms)}

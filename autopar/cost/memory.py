@@ -42,7 +42,7 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     if m.is_moe_layer(index):
         k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
         # token copies at the busiest rank's experts
-        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * k * expert_load_factor(batch.training, batch.params)
+        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * k * expert_load_factor(batch)
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
         total = total + B * routed * h + B * routed * (mats - 1) * f_e / et + B * routed * f_e / et
         f_s = m.moe_shared_expert_ffn_size
@@ -83,7 +83,7 @@ def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
     v = kv_heads_per_rank(batch) * (m.mla.v_head_dim if m.mla else m.head_size)
     out = B * T * (2 * m.hidden_size / tsp + q + v + q) + 4 * T * m.num_attention_heads / t
     if m.is_moe_layer(index):
-        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * m.moe_top_k * expert_load_factor(batch.training, batch.params)
+        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * m.moe_top_k * expert_load_factor(batch)
         return out + B * routed * m.hidden_size + 4 * T * m.num_experts
     return out + B * T * m.ffn_hidden_size / t
 

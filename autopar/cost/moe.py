@@ -7,25 +7,50 @@ Legend: T tokens of a micro-batch on one GPU, k experts per token, E experts, c 
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 
 from autopar.cost.table import DISPATCHER
-from autopar.specs.costparams import CostParams
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Dispatcher
-from autopar.specs.training import MoeRouting, TrainingSpec
+from autopar.specs.training import MoeRouting
 
 
-def expert_load_factor(training: TrainingSpec, params: CostParams) -> float:
-    """Tokens at the busiest expert-parallel rank over the balanced mean T k ep / E per expert.
+@lru_cache(maxsize=None)
+def expected_max_standard_normal(n: int) -> float:
+    """E[max of n i.i.d. standard normals] (1.42 for 8, 2.34 for 64): integral of
+    x n phi(x) Phi(x)^(n-1) over a grid fine enough for 3 digits."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-8.0, 8.0, 8001)
+    phi = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return float(np.sum(x * n * phi * cdf ** (n - 1)) * (x[1] - x[0]))
 
-    Forced balanced routing: 1. Learned routing: the measured max/mean (the training spec's, or
-    the default in profiles/cost/defaults.yaml), capped by token dropping at the capacity factor
-    c (an expert takes at most c times its balanced share, the rest is dropped)."""
-    if training.moe_routing == MoeRouting.balanced:
-        return 1.0
-    imbalance = training.moe_load_imbalance or params.moe.learned_load_imbalance
-    return min(imbalance, training.moe_capacity_factor) if training.moe_capacity_factor else imbalance
+
+def expert_load_factor(batch):
+    """Tokens at the busiest expert-parallel rank over the balanced mean T k ep / E, per plan.
+
+    Forced balanced routing: 1. Learned routing: expert loads scatter with coefficient of
+    variation CV (auxiliary loss or loss-free bias, profiles/cost/defaults.yaml moe); a rank
+    holding m = E / ep experts sums m of them (CV / sqrt(m)), and the step waits for the busiest
+    of ep ranks: 1 + E[max of ep standard normals] x CV / sqrt(m). A measured max/mean
+    (TrainingSpec.moe_load_imbalance) replaces it. Token dropping caps it at the capacity
+    factor c (an expert takes at most c times its balanced share, the rest is dropped)."""
+    training, params, model = batch.training, batch.params, batch.model
+    ep = np.asarray(batch.tab.ep, dtype=float)
+    if training.moe_routing == MoeRouting.balanced or not model.is_moe:
+        return np.ones_like(ep)
+    if training.moe_load_imbalance:
+        imbalance = np.full_like(ep, training.moe_load_imbalance)
+    else:
+        cv = params.moe.expert_load_cv_expert_bias if model.moe_router_expert_bias else params.moe.expert_load_cv_aux_loss
+        per_rank = np.maximum(model.num_experts / np.maximum(ep, 1.0), 1.0)
+        spread = np.array([expected_max_standard_normal(int(e)) for e in ep.tolist()])
+        imbalance = 1.0 + spread * cv / np.sqrt(per_rank)
+    return np.minimum(imbalance, training.moe_capacity_factor) if training.moe_capacity_factor else imbalance
 
 
 def routed_tokens(tokens, tp, etp, sequence_parallel):

@@ -125,7 +125,8 @@ class MemoryParams(_Strict):
 
 
 class MoeParams(_Strict):
-    learned_load_imbalance: float = Field(ge=1, description="Learned (dropless) routing: tokens at the busiest expert-parallel rank over the mean")
+    expert_load_cv_aux_loss: float = Field(ge=0, description="Learned routing balanced by an auxiliary loss: coefficient of variation of the tokens per expert")
+    expert_load_cv_expert_bias: float = Field(ge=0, description="Learned routing balanced by a per-expert score bias (auxiliary-loss-free): coefficient of variation of the tokens per expert")
     dispatch_sms: int = Field(gt=0, description="SMs the token dispatch and combine kernels hold while they run beside compute")
 
 

@@ -1,0 +1,57 @@
+"""Busiest expert-parallel rank under learned routing (autopar.cost.moe.expert_load_factor).
+
+Wang et al. 2024 (arXiv 2408.15664) Table 2: MaxVio_global 0.52 with an auxiliary loss and 0.04
+with the loss-free expert bias, 64 experts top-6 -> per-expert coefficients of variation
+0.52 / 2.344 = 0.22 and 0.04 / 2.344 = 0.017 (profiles/cost/defaults.yaml moe)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopar.cost.context import Batch
+from autopar.cost.moe import expected_max_standard_normal, expert_load_factor
+from autopar.cost.table import PlanTable
+from autopar.specs import ModelSpec, TrainingSpec, load_cluster
+from autopar.specs.costparams import load_cost_params
+from autopar.specs.plan import Plan
+from autopar.specs.training import MoeRouting
+
+
+def _moe(experts: int, bias: bool = False) -> ModelSpec:
+    return ModelSpec(name="m", num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096, vocab_size=32000,
+                     num_experts=experts, moe_top_k=8, moe_ffn_hidden_size=512, moe_router_expert_bias=bias)
+
+
+def _factor(model: ModelSpec, ep: int, **training) -> float:
+    cluster = load_cluster("dgx-h100").with_gpus(64)
+    t = TrainingSpec(seq_len=4096, global_batch_size=64, **training)
+    tab = PlanTable.from_plans([Plan(tp=1, pp=1, dp=64, ep=ep)], 64)
+    return float(expert_load_factor(Batch(model, cluster, t, load_cost_params(), tab))[0])
+
+
+def test_expected_max_of_normals():
+    # tabulated expected maxima of n standard normals (e.g. Harter 1961): 0.5642, 1.4236, 2.3443 (n = 2, 8, 64)
+    assert [round(expected_max_standard_normal(n), 3) for n in (1, 2, 8, 64)] == [0.0, 0.564, 1.424, 2.344]
+
+
+def test_aux_loss_router_qwen3_layout():
+    # 128 experts on EP 8: 16 experts per rank. 1 + 1.4236 x 0.22 / sqrt(16) = 1.0783
+    assert _factor(_moe(128), 8) == pytest.approx(1 + 1.4236 * 0.22 / 4, rel=1e-3)
+
+
+def test_one_expert_per_rank_is_worst():
+    # 8 experts on EP 8: no averaging over a rank's experts: 1 + 1.4236 x 0.22 = 1.313
+    assert _factor(_moe(8), 8) == pytest.approx(1.313, abs=1e-3)
+    assert _factor(_moe(8), 8) > _factor(_moe(64), 8) > _factor(_moe(128), 8)
+
+
+def test_loss_free_bias_deepseek_layout():
+    # DeepSeek-V3 (noaux_tc): 256 experts on EP 64, 4 per rank: 1 + 2.3443 x 0.017 / 2 = 1.0199
+    assert _factor(_moe(256, bias=True), 64) == pytest.approx(1 + 2.3443 * 0.017 / 2, rel=1e-3)
+
+
+def test_forced_measured_and_capacity():
+    assert _factor(_moe(8), 8, moe_routing=MoeRouting.balanced) == 1.0
+    assert _factor(_moe(8), 8, moe_load_imbalance=1.5) == 1.5
+    assert _factor(_moe(8), 8, moe_capacity_factor=1.0) == 1.0  # token drop at c = 1 caps the busiest rank
+    assert _factor(_moe(8), 1) == 1.0  # one rank holds every expert
