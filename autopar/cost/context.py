@@ -79,7 +79,7 @@ class Batch:
         }
 
     def group(self, dim: str) -> Group:
-        """Placement of the tp | cp | dp | pp | dpcp | ep | edp groups of every plan."""
+        """Placement of the tp | cp | dp | pp | dpcp | ep | etp | edp groups of every plan."""
         t, gpn = self.tab, self.cluster.gpus_per_node
         if dim == "dpcp":  # gradient reduction spans dp x cp (cp sits next to tp)
             inner, outer = place_group(t.cp, t.tp, gpn), place_group(t.dp, self._strides["dp"], gpn)
@@ -93,6 +93,8 @@ class Batch:
                          np.where(explicit, hsdp.nodes, full.nodes))
         if dim == "ep":  # Megatron expert grid: etp - ep - edp - pp
             return place_group(t.ep, t.etp, gpn)
+        if dim == "etp":
+            return place_group(t.etp, np.ones_like(t.etp), gpn)
         if dim == "edp":
             return place_group(self.expert_dp, t.etp * t.ep, gpn)
         sizes = {"tp": t.tp, "cp": t.cp, "dp": t.dp, "pp": t.pp}

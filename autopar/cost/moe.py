@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autopar.cost.comm import Collective
 from autopar.cost.table import DISPATCHER
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Dispatcher
@@ -91,26 +92,31 @@ def dispatch_seconds(batch, moe_tokens, load: float):
     cross the NICs, the rest NVLink. deepep (DeepEP / Megatron flex): a token crosses the
     network once per destination node and is forwarded to its experts' GPUs over NVLink
     (DeepSeek-V3 report section 3.2.2). allgather: every token goes to every EP rank.
+    With expert TP (etp > 1) each rank sends only its own share of the etp ranks' tokens into
+    the all-to-all, and the expert-TP group then all-gathers what arrived (reduce-scatters it on
+    the way back): Megatron-LM MoEAlltoAllTokenDispatcher 'permute -> A2A(EP) -> AG(TP)'.
     Bandwidths: the cluster's links at the comm efficiencies (DeepEP normal kernels reach
     43-58 GB/s of a 50 GB/s CX7 RDMA link and 153 of ~160 GB/s NVLink on H800: DeepEP README)."""
     m, t, tr, prm, c = batch.model, batch.tab, batch.training, batch.params, batch.cluster
     group = batch.group("ep")
     ep, per_node, nodes = (np.asarray(x, dtype=float) for x in (group.size, group.per_node, group.nodes))
     token_bytes = tr.activation_bytes * m.hidden_size
-    copies = moe_tokens * m.moe_top_k * load * token_bytes
+    etp = np.asarray(t.etp, dtype=float)
+    copies = moe_tokens / etp * m.moe_top_k * load * token_bytes
+    expert_tp = np.where(etp > 1, batch.collective(Collective.all_gather, copies * etp, batch.group("etp")), 0.0)
     nvlink = c.intra_node.bandwidth_gb_per_s * 1e9 * prm.comm.nvlink_efficiency
     nic = max(c.nic_bytes_per_second_per_gpu * prm.comm.network_efficiency, 1.0)
     off_share = np.where(ep > 0, (ep - per_node) / ep, 0.0)
     on_share = np.where(ep > 0, (per_node - 1) / ep, 0.0)
     a2a = np.maximum(copies * off_share / nic, copies * on_share / nvlink)
     remote_nodes = destination_nodes(m, nodes, m.moe_top_k) * (nodes - 1) / nodes
-    deep = np.maximum(moe_tokens * load * remote_nodes * token_bytes / nic, copies * (1 - 1 / per_node) / nvlink)
+    deep = np.maximum(moe_tokens / etp * load * remote_nodes * token_bytes / nic, copies * (1 - 1 / per_node) / nvlink)
     gather_bytes = moe_tokens * token_bytes * (ep - 1)
     allgather = np.maximum(gather_bytes * (nodes - 1) / nodes / nic, gather_bytes / nvlink)
     latency = c.intra_node.latency_us * 1e-6 + np.where(nodes > 1, (c.tiers[0].latency_us if c.tiers else 0.0) * 1e-6, 0.0)
     code = t.dispatcher
     seconds = np.select([code == DISPATCHER.index(Dispatcher.deepep), code == DISPATCHER.index(Dispatcher.allgather)],
-                        [deep, allgather], default=a2a)
+                        [deep + expert_tp, allgather], default=a2a + expert_tp)
     return np.where(ep > 1, seconds + latency, 0.0)
 
 

@@ -55,3 +55,24 @@ def test_forced_measured_and_capacity():
     assert _factor(_moe(8), 8, moe_load_imbalance=1.5) == 1.5
     assert _factor(_moe(8), 8, moe_capacity_factor=1.0) == 1.0  # token drop at c = 1 caps the busiest rank
     assert _factor(_moe(8), 1) == 1.0  # one rank holds every expert
+
+
+def test_expert_tp_sends_local_tokens_then_gathers():
+    # Megatron-LM MoEAlltoAllTokenDispatcher: permute -> A2A(EP) -> AG(expert TP). With tp = 2 on
+    # one 8-GPU node and EP 4, expert TP 2 and expert TP 1 put the same T / 2 tokens per rank into
+    # the all-to-all (each rank's sequence-parallel share); expert TP 2 adds an all-gather of what
+    # arrived over its 2-GPU group. Before, the all-to-all carried the gathered T per rank (2x).
+    from autopar.cost.comm import Collective, Group, collective_seconds
+    from autopar.cost.moe import dispatch_seconds, routed_tokens
+    model = _moe(8)
+    cluster = load_cluster("dgx-h100").with_gpus(8)
+    t = TrainingSpec(seq_len=4096, global_batch_size=8, moe_routing=MoeRouting.balanced)
+    tab = PlanTable.from_plans([Plan(tp=2, pp=1, dp=4, ep=4, etp=2, sp=True),
+                                Plan(tp=2, pp=1, dp=4, ep=4, etp=1, sp=True)], 8)
+    b = Batch(model, cluster, t, load_cost_params(), tab)
+    tokens = routed_tokens(b.tokens, tab.tp, tab.etp, tab.sp == 1)
+    assert list(tokens) == [4096, 2048]
+    with_etp, without = dispatch_seconds(b, tokens, 1.0)
+    arrived = 2048 * model.moe_top_k * 2 * model.hidden_size  # bf16 copies each rank receives
+    gather = collective_seconds(Collective.all_gather, arrived * 2, Group(2, 2, 1), cluster, b.params)
+    assert with_etp - without == pytest.approx(gather, rel=1e-9)
