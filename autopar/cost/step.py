@@ -210,7 +210,11 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
         emb[-1] += embedding_params(m)
     emb = emb[stage_idx]
     dense = dense + emb / col(t.tp)
-    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd, bwd + parts["recompute"])
+    # gradient and ZeRO-3 collectives hide behind a layer's time, but not behind the part of it
+    # that is itself communication over the same network links
+    fwd_window, bwd_window = _overlap_windows(b, parts, fwd, bwd)
+    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd_window,
+                                                                   bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm"))
 
@@ -225,7 +229,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["pipeline_bubble"] = pipeline - mb * pick(stage_seconds)
     # stages with the same layers, embedding and output layers reduce the same gradients
     _, same, back = np.unique(np.vstack([counts, last, emb]), axis=1, return_index=True, return_inverse=True)
-    dp_stage = _dp_exposed(b, dense[:, same], routed[:, same], fwd[:, same], bwd[:, same])[:, back.ravel()]
+    dp_stage = _dp_exposed(b, dense[:, same], routed[:, same], fwd_window[:, same], bwd_window[:, same])[:, back.ravel()]
     time["dp_comm"] = dp_stage.max(axis=1) + fsdp_per_step.max(axis=1)
     trained = 0.0 if tr.frozen_weights else 1.0
     shard_d = np.where(col(t.zero) >= 1, col(b.zero_shard), 1)
@@ -275,6 +279,20 @@ def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
         per_stage = np.asarray(interned(code), dtype=float)
         k = np.where(col(t.rc_stages == code), np.minimum(n_layers, per_stage[: len(n_layers)]), k)
     return np.where(col(t.recompute) == FULL, k, 0.0)
+
+
+def _overlap_windows(b: Batch, parts, fwd, bwd) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds per plan x stage behind which data-parallel and ZeRO-3
+    collectives can run. When those collectives cross nodes, the TP / CP / EP communication of
+    groups that also cross nodes uses the same NICs (a node's scale-out bandwidth is shared,
+    seed 001 'Сеть'): that time hides nothing and is taken out of the window. Forward holds
+    half of each layer's TP/EP/CP traffic (dispatch and combine, gathers), backward the rest."""
+    def crosses(name):
+        return np.asarray(b.group(name).nodes, dtype=float)[:, None] > 1
+    sync_crosses = crosses("dpcp") | crosses("zero") | (crosses("edp") if b.model.is_moe else False)
+    net = sum(np.where(crosses(g), parts[f"{g}_comm"], 0.0) for g in ("tp", "cp", "ep"))
+    net = np.where(sync_crosses, net, 0.0)
+    return np.maximum(0.0, fwd - net / 2), np.maximum(0.0, bwd - net)
 
 
 def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
