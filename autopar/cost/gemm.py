@@ -20,12 +20,22 @@ def tile_quantization(m: float, n: float, tile_m: int, tile_n: int) -> float:
     return (m / (math.ceil(m / tile_m) * tile_m)) * (n / (math.ceil(n / tile_n) * tile_n))
 
 
+def max_efficiency(gpu: GpuSpec, dtype: str, params: CostParams) -> float:
+    """Best achieved fraction of the dtype's dense peak: a calibration fit for the part's
+    architecture, else the part's measured MAMF over its peak (profiles/gpus: e.g. GB200 1,822
+    of 2,500 TFLOP/s bf16 against B200's 1,745 of 2,250), else the architecture's default."""
+    measured = getattr(gpu.mamf_tflops, dtype, None) if gpu.mamf_tflops is not None else None
+    if measured and params.gemm.fitted_architecture != gpu.architecture and gpu.supports(dtype):
+        return measured * 1e12 / gpu.peak_flops_per_second(dtype)
+    return params.max_gemm_efficiency(gpu.architecture, dtype)
+
+
 def gemm_efficiency(m: float, n: float, k: float, dtype: str, gpu: GpuSpec, params: CostParams) -> float:
     """Achieved fraction of the dtype's dense peak for an (M x K) @ (K x N) GEMM."""
     flops = 2.0 * m * n * k
     g = params.gemm
     saturation = flops / (flops + g.half_saturation_flops)
-    base = params.max_gemm_efficiency(gpu.architecture, dtype) * tile_quantization(m, n, g.tile_m, g.tile_n) * saturation
+    base = max_efficiency(gpu, dtype, params) * tile_quantization(m, n, g.tile_m, g.tile_n) * saturation
     return base * alignment_factor(m, n, k, g.alignment_elements, g.unaligned_efficiency)
 
 
@@ -44,7 +54,7 @@ def gemm_flops_per_second(dtype: str, gpu: GpuSpec, params: CostParams) -> float
     peak = gpu.peak_flops_per_second(dtype)
     if dtype in ("fp8", "fp4") and gpu.supports("bf16"):
         peak = min(peak, params.gemm.fp8_max_speedup * gpu.peak_flops_per_second("bf16")
-                   * params.max_gemm_efficiency(gpu.architecture, "bf16") / params.max_gemm_efficiency(gpu.architecture, dtype))
+                   * max_efficiency(gpu, "bf16", params) / max_efficiency(gpu, dtype, params))
     return peak
 
 

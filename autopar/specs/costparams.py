@@ -32,6 +32,7 @@ class GemmParams(_Strict):
     fp8_max_speedup: float = Field(gt=0, description="Cap on the fp8 over bf16 GEMM speedup (scaling/casting overheads)")
     unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when M, N or K is not a multiple of alignment_elements (1: no penalty; set by a calibration profile)")
     alignment_elements: int = Field(8, gt=0, description="Element alignment cuBLAS needs for its fastest kernels")
+    fitted_architecture: str | None = Field(None, description="Architecture whose max_efficiency a calibration profile fitted (it outranks a part's MAMF)")
 
 
 class AttentionParams(_Strict):
@@ -240,7 +241,7 @@ def _with_gemm(base: GemmParams, fit: GemmCalibration) -> GemmParams:
     table[fit.architecture] = {**table.get(fit.architecture, table["default"]), **fit.max_efficiency}
     return base.model_copy(update={"max_efficiency": table, "half_saturation_flops": fit.half_saturation_flops,
                                    "tile_m": fit.tile_m, "tile_n": fit.tile_n, "unaligned_efficiency": fit.unaligned_efficiency,
-                                   "alignment_elements": fit.alignment_elements})
+                                   "alignment_elements": fit.alignment_elements, "fitted_architecture": fit.architecture})
 
 
 def with_calibration(params: CostParams, profile: CalibrationProfile) -> CostParams:

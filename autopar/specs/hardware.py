@@ -49,6 +49,9 @@ class GpuSpec(_Strict):
     pcie_gb_per_s: float | None = Field(None, gt=0, description="PCIe per direction, GB/s")
     tdp_watts: float | None = Field(None, gt=0, description="Board power, W")
     num_sms: int | None = Field(None, gt=0, description="Streaming multiprocessors; communication kernels that run beside compute take some of them")
+    mamf_tflops: PeakTflops | None = Field(
+        None, description="Maximum achievable matmul TFLOP/s measured on this part by a brute-force shape search (MAMF); "
+        "null = the architecture's default fraction of the peak (profiles/cost/defaults.yaml gemm.max_efficiency)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
     idle_watts: float | None = Field(
         None, gt=0,

@@ -176,3 +176,18 @@ def test_gemm_roofline_tp8_key_projection(params):
     qkv = gemm_seconds(98304, 768, 4096, "bf16", h100, params)
     flops = 2 * 98304 * 768 * 4096
     assert qkv == pytest.approx(flops / (989.4e12 * 0.803 * flops / (flops + 1e10)), rel=0.02)
+
+
+def test_gemm_ceiling_is_the_parts_measured_mamf(params):
+    # stas00 MAMF table (calibration/data/gemm): GB200 1,822 of 2,500 bf16 TFLOP/s = 0.7288, below
+    # B200's 1,745 of 2,250 = 0.7756 that the Blackwell default carries; H200 fp8 1,453.4 of 1,978.9
+    from autopar.cost.gemm import max_efficiency
+    from autopar.specs.costparams import params_for_cluster
+    from autopar.specs import load_cluster
+    assert max_efficiency(load_gpu("GB200"), "bf16", params) == pytest.approx(1822 / 2500)
+    assert max_efficiency(load_gpu("B200"), "bf16", params) == pytest.approx(1745 / 2250)
+    assert max_efficiency(load_gpu("H200"), "fp8", params) == pytest.approx(1453.4 / 1978.9)
+    assert max_efficiency(load_gpu("GB300"), "bf16", params) == pytest.approx(0.776)  # no MAMF row: Blackwell default
+    # a calibration profile's GEMM fit for the architecture outranks the table (dgx-h100: h100-ib.yaml 0.79819)
+    fitted = params_for_cluster(load_cluster("dgx-h100"))
+    assert max_efficiency(load_gpu("H100"), "bf16", fitted) == pytest.approx(0.79819)
