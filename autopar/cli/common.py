@@ -90,6 +90,9 @@ def training_options(f: Callable) -> Callable:
     f = click.option("--stack", type=click.Choice(STACKS), default=None,
                      help="Training software whose kernels, fusion and overlap are costed (profiles/stacks/). "
                           "Default: the --framework's own stack, else megatron")(f)
+    f = click.option("--fp8-recipe", type=click.Choice(["tensorwise", "rowwise"]), default=None,
+                     help="FP8 scaling with --precision fp8: tensorwise (Transformer Engine) or rowwise (torchao). "
+                          "Default: the stack's (rowwise for torchtitan, tensorwise otherwise)")(f)
     f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
     f = click.option("--global-batch-tokens", default=None,
                      help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch. "
@@ -136,7 +139,8 @@ def resolve_stack(stack: str | None, framework: str | None) -> str:
 
 
 def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | None, global_batch_tokens: str | None,
-                     precision: str, stack: str | None = None, framework: str | None = None, **extra: Any) -> TrainingSpec:
+                     precision: str, stack: str | None = None, framework: str | None = None, fp8_recipe: str | None = None,
+                     **extra: Any) -> TrainingSpec:
     """The training spec from the options; missing sequence length and batch default from the
     model by the rule above; sane limits on every count; the stack from --stack or the framework."""
     from autopar.specs import Precision, TrainingSpec
@@ -166,8 +170,10 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
         note(f"defaults from {model.name}: {', '.join(defaults)} ({seq_len * global_batch:,} tokens per step; see --help)")
     if model.max_position_embeddings is not None and seq_len > model.max_position_embeddings:
         note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
+    if fp8_recipe is not None and precision != "fp8":
+        raise InputError("fp8-recipe", fp8_recipe, f"scales FP8 GEMMs; give --precision fp8 (is {precision})")
     return TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision),
-                        stack=Stack(resolve_stack(stack, framework)), **extra)
+                        stack=Stack(resolve_stack(stack, framework)), fp8_recipe=fp8_recipe, **extra)
 
 
 def check_stage_layout(plan, model):

@@ -14,7 +14,7 @@ from autopar.cli.common import check_stage_layout, dump_json, flush_notes, model
 @click.option("--plan", "plan_text", required=True, help="e.g. tp=8,pp=8,dp=16,vpp=5,mbs=1,zero=1,recompute=selective")
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
-def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, stack,
+def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
              plan_text, no_flash, as_json):
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
@@ -23,7 +23,8 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
     from autopar.specs.costparams import params_for_cluster
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
-    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, flash_attention=not no_flash)
+    training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
+                                flash_attention=not no_flash)
     plan = check_stage_layout(parse_plan(plan_text), model)
     result = cost_estimate(model, cluster, training, plan, params_for_cluster(cluster))
     flush_notes()
@@ -31,4 +32,4 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
         click.echo(dump_json(result.model_dump(mode="json")), nl=False)
     else:
         click.echo(estimate_table(result, f"{model.name} on {cluster.name} ({cluster.num_gpus} x {cluster.gpu.name}), seq {training.seq_len}, "
-                                          f"batch {training.global_batch_size} x {training.seq_len} tokens, {precision}, {training.stack.value}"))
+                                          f"batch {training.global_batch_size} x {training.seq_len} tokens, {training.precision_label}, {training.stack.value}"))

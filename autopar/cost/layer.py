@@ -14,6 +14,7 @@ from autopar.cost.memory import kv_heads_per_rank
 from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
+from autopar.specs.training import Fp8Recipe
 
 RING, ULYSSES, HYBRID = (CP_ALGO.index(a) for a in (CpAlgo.ring, CpAlgo.ulysses, CpAlgo.hybrid))
 
@@ -36,6 +37,11 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     # gradients M x N): memory-bound work on top of the GEMM (Transformer Engine)
     cast = prm.memory.low_precision_cast_bytes_per_element if dtype in ("fp8", "fp4") else 0.0
     cast_bytes = cast * sum((g.m * g.k + g.m * g.n) * g.count for g in gemms)
+    cast_fwd, cast_bwd = cast_bytes / 3, 2 * cast_bytes / 3  # fwd + bwd share the casts
+    if dtype == "fp8" and tr.fp8_scaling == Fp8Recipe.rowwise:  # profiles/cost/defaults.yaml memory.rowwise_*
+        rw, rescale = prm.memory.rowwise_cast_bytes_per_element, prm.memory.rowwise_rescale_bytes_per_element
+        cast_fwd = sum((rw.input * g.m * g.k + rw.weight * g.k * g.n) * g.count for g in gemms)
+        cast_bwd = sum((rw.grad_output * g.m * g.n + rescale * (g.m * g.k + g.k * g.n)) * g.count for g in gemms)
     out["attn_flops"] = attention_core_flops_per_token(m, tr.seq_len, causal=tr.flash_attention) * T / t.tp
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
     out["attn_flops_counted"] = attention_core_flops_per_token(m, tr.seq_len, causal=False) * T / t.tp
@@ -57,8 +63,8 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     if m.is_moe_layer(index):
         elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
     extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act) if batch.stack.elementwise == "eager" else (0.0, 0.0)
-    out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_bytes / 3)  # fwd + bwd share the casts
-    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + 2 * cast_bytes / 3)
+    out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
+    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count * per_op_recomputed(g.name, m, dtype) for g in gemms)
     out["tp"] = _tp_seconds(batch)
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])

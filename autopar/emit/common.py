@@ -126,7 +126,7 @@ def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[st
         f"{model.kv_heads} kv heads{', ' + str(model.num_experts) + ' experts top-' + str(model.moe_top_k) if model.is_moe else ''})",
         f"cluster:  {cluster.name}, {job.num_gpus} x {cluster.gpu.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node})",
         f"training: seq {training.seq_len}, global batch {training.global_batch_size} sequences "
-        f"({training.tokens_per_step:,} tokens), {training.precision.value}",
+        f"({training.tokens_per_step:,} tokens), {training.precision_label}",
         f"plan:     {job.plan.text()}",
         f"layout:   dp={est.dp}, {est.num_microbatches} micro-batches per step, stage layers {est.stage_layers}",
         f"predicted step time {est.step_seconds:.3f} s, {est.tokens_per_second:,.0f} tokens/s, MFU {100 * est.mfu:.1f}%, "

@@ -19,7 +19,7 @@ from autopar.emit.common import (
 from autopar.emit.megatron_model import max_position_embeddings, mla_flags, model_flags, moe_flags
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
-from autopar.specs.training import Precision
+from autopar.specs.training import Fp8Recipe, Precision
 
 FRAMEWORK = "megatron"
 SCRIPT = "launch_megatron.sh"
@@ -221,6 +221,11 @@ def check_megatron(job: EmitJob) -> Rules:
     """Plan features Megatron-LM cannot express, then its own rules on the emitted argv."""
     rules = Rules(FRAMEWORK)
     check_common(job, rules)
+    t = job.training
+    rules.check(t.precision != Precision.fp8 or t.fp8_scaling == Fp8Recipe.tensorwise, "fp8 recipe in {tensorwise, delayed, mxfp8, blockwise}",
+                f"fp8_recipe={t.fp8_scaling.value}: Transformer Engine has no per-row FP8 scaling "
+                "(--fp8-recipe tensorwise|delayed|mxfp8|blockwise); that recipe is torchao's (torchtitan)",
+                "megatron/training/arguments.py --fp8-recipe")
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common
 from autopar.emit.torchtitan_render import render_launcher, render_module
 from autopar.specs.plan import CpAlgo, Dispatcher, Recompute, Schedule
-from autopar.specs.training import Precision
+from autopar.specs.stack import load_stack
+from autopar.specs.training import Fp8Recipe, Precision, Stack
 
 FRAMEWORK = "torchtitan"
 
@@ -50,6 +51,7 @@ class TitanConfig:
     activation_checkpoint: str = "selective"
     float8: bool = False
     float8_skip: list[str] = field(default_factory=lambda: ["lm_head"])  # Linear layers kept in bf16
+    float8_recipe: str = "tensorwise"  # torchao Float8LinearConfig recipe_name
     model_kwargs: dict = field(default_factory=dict)  # model_registry keyword arguments
     notes: list[str] = field(default_factory=list)
 
@@ -81,10 +83,18 @@ def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
     return chunk, k - stages[0], k - stages[-1]
 
 
+def titan_fp8_recipe(training) -> Fp8Recipe:
+    """The FP8 recipe the launcher runs: the training spec's, else torchtitan's own (rowwise)."""
+    return training.fp8_recipe or load_stack(Stack.torchtitan).fp8_recipe
+
+
 def plan_checks(job: EmitJob, rules: Rules) -> None:
     plan, t = job.plan, job.training
     rules.check(t.precision in (Precision.bf16, Precision.fp8), "precision in {bf16, fp8}",
                 f"precision={t.precision.value}: mixed_precision_param is bfloat16|float32; autopar maps fp8 to the Float8 converter only", "TT")
+    rules.check(t.precision != Precision.fp8 or titan_fp8_recipe(t) == Fp8Recipe.rowwise, "Float8 recipe_name in {rowwise, rowwise_with_gw_hp}",
+                f"fp8_recipe={titan_fp8_recipe(t).value}: torchtitan 0.3.0's Float8LinearConverter runs torchao's rowwise recipes only "
+                "(recipe_name rowwise | rowwise_with_gw_hp); cost the plan with --fp8-recipe rowwise", "F8")
     rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ring, "context parallel is ring attention",
                 f"cp_algo={plan.cp_algo.value}: torchtitan's ParallelismConfig has no Ulysses all-to-all", "TT")
     schedule = plan.pipeline_schedule
@@ -168,6 +178,7 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     # Async TP and Float8 need the model compiled (CompileConfig.__post_init__ in 0.3.0)
     async_tp = plan.tp > 1 and plan.tp_comm_overlap
     tc.float8 = t.precision == Precision.fp8
+    tc.float8_recipe = titan_fp8_recipe(t).value
     tc.compile = {"enable_async_tensor_parallel": async_tp}
     if async_tp or tc.float8:
         tc.compile.update({"enable": True, "components": ["model", "loss"]})

@@ -31,7 +31,8 @@ def _model_spec_lines(job: EmitJob, tc: "TitanConfig") -> str:
     imports = f"    from torchtitan.models.{tc.module} import model_registry\n"
     if tc.float8:
         imports += "    from torchtitan.components.quantization import Float8LinearConverter\n"
-        converters = f"[Float8LinearConverter.Config(filter_fqns={tc.float8_skip!r}, model_compile_enabled=True)]"
+        converters = (f"[Float8LinearConverter.Config(recipe_name={tc.float8_recipe!r}, filter_fqns={tc.float8_skip!r}, "
+                      "model_compile_enabled=True)]")
     return imports + f"    config.model_spec = model_registry({tc.flavor!r}, converters={converters}{', ' + extra if extra else ''})\n"
 
 

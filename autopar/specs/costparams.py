@@ -113,11 +113,19 @@ class CommParams(_Strict):
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs when the plan overlaps them (tp_overlap)")
 
 
+class RowwiseCastBytes(_Strict):
+    input: float = Field(ge=0, description="Activation (GEMM input), bytes per element")
+    weight: float = Field(ge=0, description="Weight, bytes per element")
+    grad_output: float = Field(ge=0, description="Output gradient, bytes per element")
+
+
 class MemoryParams(_Strict):
     hbm_efficiency: float = Field(gt=0, le=1, description="Achieved / peak HBM bandwidth for element-wise kernels")
     elementwise_bytes_per_token_per_hidden: float = Field(ge=0, description="Forward HBM bytes per token per hidden unit of one layer's norms, residuals, activations (bf16)")
     eager_extra_bytes: EagerExtraBytes = Field(description="Eager-stack element-wise bytes beyond fused kernels")
     fsdp2_copy_out_bytes_per_element: float = Field(ge=0, description="FSDP2 all-gather copy-out, HBM bytes per unsharded element")
+    rowwise_cast_bytes_per_element: RowwiseCastBytes = Field(description="FP8 rowwise recipe: HBM bytes of the casts per element of each GEMM operand")
+    rowwise_rescale_bytes_per_element: float = Field(ge=0, description="FP8 rowwise recipe: HBM bytes per element of a backward GEMM output rescaled in its own pass")
     fsdp2_reduce_copy_in_bytes_per_element: float = Field(ge=0, description="FSDP2 reduce-scatter copy-in (cast to the reduce dtype), HBM bytes per unsharded element")
     low_precision_cast_bytes_per_element: float = Field(ge=0, description="HBM bytes per GEMM input element to cast bf16 to fp8/fp4 (read 2, write 1)")
     reserve_bytes: float = Field(ge=0, description="CUDA context, NCCL and allocator reserve per GPU, bytes")

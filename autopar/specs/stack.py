@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from autopar.errors import InputError
 from autopar.specs._base import StrictModel
 from autopar.specs._files import preset_files, read_mapping
-from autopar.specs.training import Stack
+from autopar.specs.training import Fp8Recipe, Stack
 
 
 class StackSpec(StrictModel):
@@ -24,6 +24,7 @@ class StackSpec(StrictModel):
     selective_recompute: str = Field(description="core_attention (Megatron) | per_op (torchtitan per-op SAC): what recompute=selective recomputes")
     tp_overlap: str = Field(description="userbuffers | async_tp | none: the TP communication overlap the stack has")
     fsdp: str = Field(description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation")
+    fp8_recipe: Fp8Recipe = Field(Fp8Recipe.tensorwise, description="FP8 scaling the stack runs unless the training spec names one")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     def kernel(self, architecture: str) -> str:

@@ -26,6 +26,18 @@ class Precision(str, Enum):
         return self.value
 
 
+class Fp8Recipe(str, Enum):
+    """How FP8 GEMM inputs are scaled (precision fp8)."""
+
+    tensorwise = "tensorwise"
+    """One scale per tensor (Transformer Engine delayed or current scaling, torchao tensorwise):
+    one cast of each input, the transpose for the backward written alongside."""
+    rowwise = "rowwise"
+    """One scale per row (torchao Float8Linear recipe "rowwise"): each linear casts its input and
+    output gradient along both axes and its weight along both, and the backward GEMMs rescale
+    their outputs in a separate pass."""
+
+
 class MoeRouting(str, Enum):
     """How tokens reach experts."""
 
@@ -60,6 +72,8 @@ class TrainingSpec(StrictModel):
     seq_len: int = Field(gt=0, description="s, tokens per sequence")
     global_batch_size: int = Field(gt=0, description="Sequences per optimizer step")
     precision: Precision = Field(Precision.bf16, description="GEMM precision: bf16 | fp16 | fp8 | fp4")
+    fp8_recipe: Fp8Recipe | None = Field(None, description="FP8 scaling: tensorwise | rowwise (torchao); null = the stack's "
+                                         "(profiles/stacks: rowwise for torchtitan, tensorwise otherwise)")
     weight_bytes_per_param: float = Field(2.0, gt=0, description="Model weights as trained (bf16 = 2 bytes)")
     grad_bytes_per_param: float = Field(
         2.0, gt=0,
@@ -89,7 +103,7 @@ class TrainingSpec(StrictModel):
     moe_load_imbalance: float | None = Field(
         None, ge=1.0,
         description="Learned routing: tokens at the busiest expert-parallel rank over the mean (measured max/mean); "
-        "null = the default in profiles/cost/defaults.yaml",
+        "null = from the router's balancing and the EP layout (autopar.cost.moe.expert_load_factor)",
     )
     stack: Stack = Field(Stack.megatron, description="Training software: switches named mechanisms (kernels, fusion, overlap), "
                          "profiles/stacks/<stack>.yaml")
@@ -99,11 +113,24 @@ class TrainingSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":
+        if self.fp8_recipe not in (None, Fp8Recipe.tensorwise) and self.precision != Precision.fp8:
+            raise ValueError(f"fp8_recipe={self.fp8_recipe.value} needs precision fp8 (precision is {self.precision.value})")
         if self.critical_batch_tokens is not None and self.tokens_per_step > self.critical_batch_tokens:
             raise ValueError(
                 f"global batch {self.tokens_per_step:.0f} tokens exceeds critical_batch_tokens={self.critical_batch_tokens:.0f}"
             )
         return self
+
+    @property
+    def fp8_scaling(self) -> Fp8Recipe:
+        """The FP8 recipe that runs: the spec's, else the stack's (profiles/stacks)."""
+        from autopar.specs.stack import load_stack
+        return self.fp8_recipe or load_stack(self.stack).fp8_recipe
+
+    @property
+    def precision_label(self) -> str:
+        """'bf16', or 'fp8 rowwise' / 'fp8 tensorwise' with the FP8 recipe that runs."""
+        return f"fp8 {self.fp8_scaling.value}" if self.precision == Precision.fp8 else self.precision.value
 
     @property
     def tokens_per_step(self) -> int:

@@ -12,7 +12,7 @@ from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, Plan, Recompute, Schedule
-from autopar.specs.training import MoeRouting, Stack
+from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
 CLUSTER_FOR_GPU = {
@@ -55,6 +55,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - flash attention: off for 2021 software (unfused softmax), on otherwise
 - TP communication overlap: off for 2021 software and for stacks without it; on with sequence parallel
   in Megatron; async TP in torchtitan when the row says so
+- FP8 recipe: rowwise when the precision says so (torchao), else tensorwise (the rows predate
+  torchtitan's rowwise-only converter)
 - MoE routing: forced balanced when the row says so; token dropping at the capacity the row names;
   otherwise learned dropless
 - task lora: base weights frozen (no weight gradients, optimizer or DP reduction)
@@ -188,6 +190,8 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
         "flash_attention": not is_2021(row), "stack": row_stack(row),
         "frozen_weights": str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter"),
     }
+    if precision == "fp8":  # torchao's default was tensorwise until torchtitan dropped it (stack default rowwise)
+        fields["fp8_recipe"] = Fp8Recipe.rowwise if "rowwise" in _text(row, "precision") else Fp8Recipe.tensorwise
     if row.get("moe_num_experts"):
         fields.update(_moe_training(row))
     return TrainingSpec.model_validate(fields)

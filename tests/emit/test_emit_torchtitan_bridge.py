@@ -64,7 +64,8 @@ def test_torchtitan_async_tp_compiles_the_model_and_bf16_has_no_float8():
     assert compile_cfg == {"enable_async_tensor_parallel": True, "enable": True, "components": ["model", "loss"]}
     assert "model_registry('405B', converters=None)" in files(emit_torchtitan(job))["autopar_torchtitan.py"]
     fp8 = files(emit_torchtitan(make_job(*GOLDEN_CASES["fp8_70b"])))["autopar_torchtitan.py"]
-    assert "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)" in fp8
+    # torchtitan 0.3.0's converter has rowwise recipes only: the plan's (here the stack default) is named
+    assert "Float8LinearConverter.Config(recipe_name='rowwise', filter_fqns=['lm_head'], model_compile_enabled=True)" in fp8
 
 
 def test_torchtitan_zero0_is_ddp_and_zero3_is_fsdp():
@@ -151,3 +152,19 @@ def test_frozen_weights_refused_everywhere():
     for fmt in FORMATS:
         with pytest.raises(RuleViolation, match="pretraining only"):
             emit(job, fmt)
+
+
+def test_fp8_recipe_each_framework_can_run():
+    """torchtitan 0.3.0's Float8LinearConverter has recipe_name rowwise | rowwise_with_gw_hp only;
+    Transformer Engine (Megatron, Bridge) has no per-row scaling. Each refuses the other's recipe by name."""
+    from autopar.emit import RuleViolation, emit
+    case = GOLDEN_CASES["fp8_70b"]
+    tensorwise = make_job(*case, fp8_recipe="tensorwise")
+    rowwise = make_job(*case, fp8_recipe="rowwise")
+    with pytest.raises(RuleViolation, match="Float8 recipe_name in"):
+        emit(tensorwise, "torchtitan")
+    assert "recipe_name='rowwise'" in files(emit_torchtitan(rowwise))["autopar_torchtitan.py"]
+    for fmt in ("megatron", "megatron-bridge"):
+        with pytest.raises(RuleViolation, match="fp8 recipe in"):
+            emit(rowwise, fmt)
+        emit(tensorwise, fmt)
