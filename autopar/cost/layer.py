@@ -66,7 +66,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count * per_op_recomputed(g.name, m, dtype) for g in gemms)
-    out["tp"] = _tp_seconds(batch)
+    out["tp"], out["tp_bwd"] = _tp_seconds(batch)
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
@@ -114,16 +114,22 @@ def per_op_recomputed(name: str, model, dtype: str) -> float:
     return 0.0
 
 
-def _tp_seconds(batch: Batch) -> np.ndarray:
-    """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward
-    (seed 000 'Тензорный параллелизм'), partly hidden with --tp-comm-overlap."""
+def _tp_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
+    backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward), partly
+    hidden with TP overlap. Transformer Engine's userbuffers overlap both passes; PyTorch's
+    async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
+    forward-pass speedup but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post
+    'Introducing Async Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
     t, prm = batch.tab, batch.params
     message = activation_message_bytes(batch.tokens, batch.model.hidden_size, batch.training.activation_bytes)
     group = batch.group("tp")
     pair = batch.collective(Collective.all_gather, message, group) + batch.collective(Collective.reduce_scatter, message, group)
     allreduce = batch.collective(Collective.all_reduce, message, group)
-    one = np.where(t.sp == 1, pair, allreduce)
-    return 2 * one * (1 - np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0))
+    one = 2 * np.where(t.sp == 1, pair, allreduce)
+    hidden = np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0)
+    backward_hidden = hidden if batch.stack.tp_overlap != "async_tp" else 0.0
+    return one * (1 - hidden), one * (1 - backward_hidden)
 
 
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
@@ -168,11 +174,11 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         "compute_gemm": (2 + w) * f["gemm"],
         "compute_attention": f["attn"] + f["attn_bwd"],
         "compute_elementwise": f["elem"] + f["elem_bwd"],
-        "tp_comm": 2 * f["tp"],
+        "tp_comm": f["tp"] + f["tp_bwd"],
         "cp_comm": f["cp"] + f["cp_bwd"],
         "ep_comm": 2 * f["ep"],
         "fwd": layer_fwd,
-        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
+        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
         "attn_fwd": f["attn"],
