@@ -172,6 +172,10 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
         note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
     if fp8_recipe is not None and precision != "fp8":
         raise InputError("fp8-recipe", fp8_recipe, f"scales FP8 GEMMs; give --precision fp8 (is {precision})")
+    runs = {"torchtitan": "rowwise", "megatron": "tensorwise", "megatron-bridge": "tensorwise"}.get(framework or "")
+    if fp8_recipe is not None and runs is not None and fp8_recipe != runs:
+        raise InputError("fp8-recipe", fp8_recipe, f"the {framework} launcher runs {runs} FP8 scaling "
+                         "(torchtitan 0.3.0's Float8LinearConverter: rowwise recipes only; Transformer Engine: no rowwise)")
     return TrainingSpec(seq_len=seq_len, global_batch_size=global_batch, precision=Precision(precision),
                         stack=Stack(resolve_stack(stack, framework)), fp8_recipe=fp8_recipe, **extra)
 

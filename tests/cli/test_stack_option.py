@@ -53,3 +53,17 @@ def test_estimate_says_how_far_to_trust_it():
     # the family's mean error over the published runs (profiles/validation/families.json)
     fam = json.loads(open("profiles/validation/families.json").read())["families"]["dense/fsdp/bf16/hopper"]
     assert f"dense/fsdp/bf16/hopper: mean error {100 * fam['mape']:.1f}% over {fam['num_rows']} published runs" in r.output
+
+
+def test_fp8_recipe_follows_the_stack_and_is_checked_against_the_launcher():
+    # torchtitan stacks run torchao rowwise (its 0.3.0 converter has no tensorwise recipe): more cast
+    # bytes, same GEMMs, so a slower step than the same stack forced to tensorwise
+    rowwise = _estimate("--precision", "fp8", "--stack", "torchtitan-compile")
+    tensorwise = _estimate("--precision", "fp8", "--stack", "torchtitan-compile", "--fp8-recipe", "tensorwise")
+    assert rowwise["time_breakdown"]["compute_gemm"] == pytest.approx(tensorwise["time_breakdown"]["compute_gemm"], rel=1e-9)
+    assert rowwise["step_seconds"] > tensorwise["step_seconds"]
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--precision", "fp8",
+                                  "--fp8-recipe", "rowwise", "--framework", "megatron"])
+    assert r.exit_code == 1 and "megatron launcher runs tensorwise" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, EST[:-1] + ["--fp8-recipe", "rowwise"])
+    assert r.exit_code == 1 and "give --precision fp8" in r.output
