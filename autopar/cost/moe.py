@@ -49,7 +49,8 @@ def expert_load_factor(batch):
     else:
         cv = params.moe.expert_load_cv_expert_bias if model.moe_router_expert_bias else params.moe.expert_load_cv_aux_loss
         per_rank = np.maximum(model.num_experts / np.maximum(ep, 1.0), 1.0)
-        spread = np.array([expected_max_standard_normal(int(e)) for e in ep.tolist()])
+        degrees, where = np.unique(ep, return_inverse=True)
+        spread = np.array([expected_max_standard_normal(int(e)) for e in degrees])[where.reshape(ep.shape)]
         imbalance = 1.0 + spread * cv / np.sqrt(per_rank)
     return np.minimum(imbalance, training.moe_capacity_factor) if training.moe_capacity_factor else imbalance
 
