@@ -117,7 +117,14 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
     if "recompute" in inputs.open_choices:
         distinct_selective = not inputs.training.flash_attention or inputs.training.stack != Stack.megatron
         modes = [Recompute.none] + ([Recompute.selective] if distinct_selective else []) + [Recompute.full]
-        options.append([("recompute", r) for r in modes])
+        choices = [(("recompute", r),) for r in modes]
+        # full recompute of only some layers per stage (Megatron --recompute-num-layers): the run
+        # may have recomputed just enough layers to fit
+        if inputs.training.stack == Stack.megatron:
+            per_stage = -(-inputs.model.num_layers // inputs.plan_fields.get("pp", 1))
+            choices += [(("recompute", Recompute.full), ("recompute_num_layers", k))
+                        for k in (1, 2, 4, 8, 16, 32, 64) if k < per_stage]
+        options.append(choices)
     if "etp" in inputs.open_choices:
         f = inputs.plan_fields
         grid = inputs.cluster.num_gpus // f["pp"]  # tp x cp x dp ranks per stage, where experts fold
@@ -126,8 +133,9 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         options.append([("mbs", b) for b in (1, 2, 4)])
     out = []
     for combo in itertools.product(*options):
-        fields = {**inputs.plan_fields, **dict(combo)}
-        out.append((fields, {k: (v.value if hasattr(v, "value") else str(v)) for k, v in combo}))
+        pairs = [pair for group in combo for pair in (group if isinstance(group[0], tuple) else (group,))]
+        fields = {**inputs.plan_fields, **dict(pairs)}
+        out.append((fields, {k: (v.value if hasattr(v, "value") else str(v)) for k, v in pairs}))
     return out
 
 

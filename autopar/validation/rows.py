@@ -42,7 +42,8 @@ USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", 
 DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - torchtitan with pipeline parallelism: each rank's batch split into pp micro-batches (its default)
 - micro_batch_size and recompute when not published: the fastest choice that fits in memory
-  (the run did run); the row's report lists what was resolved ('resolved'). Interleaving is
+  (the run did run), for Megatron stacks including full recompute of 1-64 layers per stage
+  (--recompute-num-layers); the row's report lists what was resolved ('resolved'). Interleaving is
   not resolved this way: it takes an explicit flag in every framework, so a row that does not
   name it ran without it
 - cp, ep, vpp: 1; etp: tp (Megatron default)

@@ -122,3 +122,16 @@ def test_megatron_flop_accounting_by_release():
     assert megatron_counts_causal({"software_version": "Megatron-LM (MCore dev, 2026-05)"})
     assert not megatron_counts_causal({"software_version": "Megatron-LM 2024-12"})
     assert not megatron_counts_causal({"software_version": "MCore ~v0.10-0.11 (paper)"})
+
+
+def test_unpublished_recompute_resolves_to_just_enough_layers():
+    # NeMo 25.04, Llama-3 70B FSDP on 64 GB200 (186 GB), seq 8192, no recompute published. Without
+    # recompute its activations are 34 s h bytes x 80 layers = 34 x 8192 x 8192 x 80 = 183 GB: it cannot
+    # fit, so the run recomputed; the cheapest fitting choice is full recompute of part of the layers
+    # (Megatron --recompute-num-layers), not of all 80
+    rows = json.loads((DEV_RUNS.parent / "fsdp_runs.json").read_text())
+    row = next(r for r in rows if r["id"] == "new-nemopages-2504-gb200-llama3-70b-fsdp")
+    result = predict_row(row)
+    assert result.resolved["recompute"] == "full"
+    assert 0 < int(result.resolved["recompute_num_layers"]) < 80
+    assert result.feasible and result.predicted_memory_gb <= 186
