@@ -41,6 +41,8 @@ USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", 
 
 DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - torchtitan with pipeline parallelism: each rank's batch split into pp micro-batches (its default)
+- torchtitan 'selective (layer)' recompute: every other block whole (its default n = 2), i.e.
+  full recompute of half the layers of a stage
 - micro_batch_size and recompute when not published: the fastest choice that fits in memory
   (the run did run), for Megatron stacks including full recompute of 1-64 layers per stage
   (--recompute-num-layers); the row's report lists what was resolved ('resolved'). Interleaving is
@@ -282,6 +284,12 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         open_choices.append("recompute")
     else:
         fields["recompute"] = recompute
+    if recompute == Recompute.selective and "layer" in str(row.get("recompute")).lower():
+        # torchtitan 'selective layer' AC checkpoints every n-th block whole, n = 2 by default
+        # (activation_checkpoint.selective_ac_option "2": "checkpoint every other layer",
+        # torchtitan config_manager.py): full recompute of half the layers of each stage
+        fields["recompute"] = Recompute.full
+        fields["recompute_num_layers"] = max(1, -(-model.num_layers // pp) // 2)
     mbs = row.get("micro_batch_size")
     dp = max(1, (row.get("num_gpus") or 1) // (tp * pp * fields["cp"]))
     local = row["global_batch_size"] // dp

@@ -64,3 +64,12 @@ def test_kendall_tau_by_hand():
                      predicted_tokens_per_second_per_gpu=p, error=p / m - 1) for i, m, p in (("a", 1, 1), ("b", 2, 3), ("c", 3, 2))]
     pooled = rank_agreement(raw, res)["pooled"]
     assert pooled["pairs"] == 3 and pooled["kendall_tau"] == pytest.approx(1 / 3) and pooled["ordered_right"] == pytest.approx(2 / 3)
+
+
+def test_torchtitan_selective_layer_is_every_other_block_whole():
+    # torchtitan activation_checkpoint.selective_ac_option default "2": checkpoint every other layer
+    # -> full recompute of 16 of Llama 3 8B's 32 layers (pp 1), per-op SAC for 'selective (op)'
+    layer = row_inputs({**BASE, "software": "torchtitan", "recompute": "selective (layer)"}).plan_fields
+    assert (layer["recompute"].value, layer["recompute_num_layers"]) == ("full", 16)
+    op = row_inputs({**BASE, "software": "torchtitan", "recompute": "selective (op)"}).plan_fields
+    assert op["recompute"].value == "selective" and "recompute_num_layers" not in op
