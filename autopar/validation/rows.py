@@ -284,7 +284,8 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         open_choices.append("recompute")
     else:
         fields["recompute"] = recompute
-    if recompute == Recompute.selective and "layer" in str(row.get("recompute")).lower():
+    if recompute == Recompute.selective and training.stack in (Stack.torchtitan, Stack.torchtitan_compile) \
+            and re.match(r"selective \(layer", str(row.get("recompute")).lower()):
         # torchtitan 'selective layer' AC checkpoints every n-th block whole, n = 2 by default
         # (activation_checkpoint.selective_ac_option "2": "checkpoint every other layer",
         # torchtitan config_manager.py): full recompute of half the layers of each stage
