@@ -31,8 +31,13 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     load = expert_load_factor(batch)
     moe_tokens = routed_tokens(T, t.tp, t.etp, t.sp == 1)
     gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, load, moe_tokens)
-    out = {"gemm": sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms)}
+    times = [gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms]
+    out = {"gemm": sum(times)}
     out["gemm_flops"] = sum(g.flops for g in gemms)
+    # forward GEMM seconds and FLOPs of the submodules selective recompute may name (RecomputeModule)
+    for key, prefix in (("mlp", "mlp/"), ("moe", "moe/"), ("shared", "moe/shared")):
+        out[f"gemm_{key}"] = sum((tm for g, tm in zip(gemms, times) if g.name.startswith(prefix)), np.zeros(len(t)))
+        out[f"flops_{key}"] = sum((g.flops for g in gemms if g.name.startswith(prefix)), 0.0)
     # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
     # gradients M x N): memory-bound work on top of the GEMM (Transformer Engine)
     cast = prm.memory.low_precision_cast_bytes_per_element if dtype in ("fp8", "fp4") else 0.0
@@ -60,8 +65,17 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     else:
         f_act = m.ffn_hidden_size / t.tp
     elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * T * m.hidden_size / batch.sp_divisor + 3 * B * T * f_act
+    # element-wise forward work of the recomputable submodules: the two norms (read and write
+    # T h each), the activation function (3 B per F element as above), the MoE router and permutes
+    out["norm_elem"] = batch.hbm_seconds(2 * 2 * B * T * m.hidden_size / batch.sp_divisor)
+    out["act_elem"] = batch.hbm_seconds(3 * B * T * f_act)
     if m.is_moe_layer(index):
+        routed_f = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp
+        out["moe_act_elem"] = batch.hbm_seconds(3 * B * T * routed_f)
+        out["moe_elem"] = batch.hbm_seconds(moe_elementwise_bytes(m, moe_tokens, load, B)) + out["act_elem"]
         elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
+    else:
+        out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
     extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act) if batch.stack.elementwise == "eager" else (0.0, 0.0)
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
@@ -185,4 +199,20 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         "attn_flops": f["attn_flops_counted"],
         # per-op SAC (torchtitan): the recomputed GEMMs and every element-wise forward kernel
         "sac": f["sac_gemm"] + f["elem"],
+        # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
+        # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
+        # reruns the router, the permutes, the dispatch and combine collectives and the experts
+        **module_recompute_parts(f, batch.model.is_moe_layer(index)),
+    }
+
+
+def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool) -> dict[str, np.ndarray]:
+    zero = np.zeros_like(f["gemm"])
+    return {
+        "rc_core_attn": f["attn"] + f["cp"], "rcf_core_attn": f["attn_flops_counted"] + zero,
+        "rc_layernorm": f["norm_elem"], "rcf_layernorm": zero,
+        "rc_mlp": zero if moe_layer else f["gemm_mlp"] + f["act_elem"], "rcf_mlp": zero + (0.0 if moe_layer else f["flops_mlp"]),
+        "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),
+        "rc_moe_act": f["moe_act_elem"], "rcf_moe_act": zero,
+        "rc_shared_experts": f["gemm_shared"] if moe_layer else zero, "rcf_shared_experts": zero + (f["flops_shared"] if moe_layer else 0.0),
     }

@@ -19,8 +19,8 @@ from autopar.cost.flops import activation_message_bytes, embedding_params, layer
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.cost.pipeline import pipeline_fill
-from autopar.cost.table import GRAD_SYNC, NONE, interned, layout_groups, row_groups
-from autopar.specs.plan import GradSync
+from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups
+from autopar.specs.plan import GradSync, RecomputeModule
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
@@ -87,6 +87,7 @@ def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -
 
 # The plan columns a layer's per-micro-batch costs depend on (autopar.cost.layer): its GEMM
 # shapes, attention, element-wise work, TP/CP/EP collectives and their groups' placement.
+MODULE_PARTS = tuple(f"{p}_{m.value}" for m in RECOMPUTE_MODULES for p in ("rc", "rcf"))
 LAYER_COLUMNS = ("tp", "cp", "ep", "etp", "mbs", "sp", "tp_overlap", "cp_algo", "dispatcher", "ep_overlap")
 
 
@@ -171,14 +172,24 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     share = k_rec / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
              ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
-              "fwd_flops", "attn_fwd", "attn_flops", "sac")}
-    # recompute=selective: the attention core without fused attention (Megatron), or the stack's
-    # per-op SAC (torchtitan: every other matmul and all element-wise forward kernels)
+              "fwd_flops", "attn_fwd", "attn_flops", "sac", *MODULE_PARTS)}
+    # recompute=selective: the forward of each module recompute_modules names (Megatron-Core
+    # recompute_modules); without names, the stack's: Megatron's default ["core_attn"] (the
+    # attention core runs again, fused kernel included: Attention.checkpoint_core_attention), or
+    # torchtitan's per-op SAC (every other matmul and all element-wise forward kernels)
     selective = col(t.recompute) == 1
+    named = col(t.rc_modules) != NONE
     per_op = b.stack.selective_recompute == "per_op"
-    selective_unfused = selective & (not tr.flash_attention) & (not per_op)
-    parts["recompute"] = share * parts["fwd"] + np.where(selective_unfused, parts["attn_fwd"], 0.0) + np.where(selective & per_op, parts["sac"], 0.0)
-    flops = parts["flops"] + share * parts["fwd_flops"] + np.where(selective_unfused, parts["attn_flops"], 0.0)
+    modules, module_flops = 0.0, 0.0
+    for mod in RECOMPUTE_MODULES if bool(np.any(t.rc_modules != NONE)) else [RecomputeModule.core_attn]:
+        on = selective & has_module(t.rc_modules[:, None], mod)
+        if mod == RecomputeModule.core_attn and not per_op:
+            on = on | (selective & ~named)
+        if bool(np.any(on)):
+            modules = modules + np.where(on, parts[f"rc_{mod.value}"], 0.0)
+            module_flops = module_flops + np.where(on, parts[f"rcf_{mod.value}"], 0.0)
+    parts["recompute"] = share * parts["fwd"] + np.where(selective & ~named & per_op, parts["sac"], 0.0) + modules
+    flops = parts["flops"] + share * parts["fwd_flops"] + module_flops
     fwd, bwd = parts["fwd"], parts["bwd"]
 
     # output layers: the logits on the last stage, and each MTP module's own

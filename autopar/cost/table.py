@@ -10,7 +10,7 @@ import numpy as np
 
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout, check_layout
-from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, Schedule, resolve_layout
+from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, RecomputeModule, Schedule, resolve_layout
 
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
@@ -18,6 +18,7 @@ CP_ALGO = list(CpAlgo)
 ORDER = list(RankOrder)
 GRAD_SYNC = list(GradSync)
 DISPATCHER = list(Dispatcher)
+RECOMPUTE_MODULES = list(RecomputeModule)
 NONE = -1  # sentinel for optional integer columns
 
 _INTERNED: list[object] = []  # layout strings and per-stage tuples, coded as integers in columns
@@ -71,6 +72,7 @@ class PlanTable:
     grad_sync: np.ndarray  # index into GRAD_SYNC
     dispatcher: np.ndarray  # index into DISPATCHER
     ep_overlap: np.ndarray
+    rc_modules: np.ndarray  # bit i set: RECOMPUTE_MODULES[i] recomputed; NONE: the stack's selective recompute
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -93,6 +95,7 @@ class PlanTable:
             "layout": [intern(p.layout) for p in plans], "rc_stages": [intern(p.stage_recompute_layers) for p in plans],
             "reshard": [int(p.reshard_after_forward) for p in plans], "grad_sync": [GRAD_SYNC.index(p.gradient_sync) for p in plans],
             "dispatcher": [DISPATCHER.index(p.dispatcher) for p in plans], "ep_overlap": [int(p.ep_overlap) for p in plans],
+            "rc_modules": [modules_code(p.recompute_modules) for p in plans],
         }
         return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
 
@@ -111,6 +114,7 @@ class PlanTable:
             reshard=bool(self.reshard[i]) if self.zero[i] == 3 else None,
             grad_sync=GRAD_SYNC[self.grad_sync[i]] if self.zero[i] >= 2 else None,
             dispatcher=DISPATCHER[self.dispatcher[i]], ep_overlap=bool(self.ep_overlap[i]),
+            recompute_modules=modules_of(int(self.rc_modules[i])),
         )
 
     def take(self, index: np.ndarray) -> "PlanTable":
@@ -118,6 +122,20 @@ class PlanTable:
 
     def columns(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def modules_code(modules: "tuple[RecomputeModule, ...] | None") -> int:
+    """Bit mask of recompute modules (bit i: RECOMPUTE_MODULES[i]); NONE for null."""
+    return NONE if modules is None else sum(1 << RECOMPUTE_MODULES.index(m) for m in modules)
+
+
+def modules_of(code: int) -> "tuple[RecomputeModule, ...] | None":
+    return None if code == NONE else tuple(m for i, m in enumerate(RECOMPUTE_MODULES) if code >> i & 1)
+
+
+def has_module(column: np.ndarray, module: RecomputeModule) -> np.ndarray:
+    """Per plan: whether selective recompute names `module` (False for the stack default)."""
+    return (column != NONE) & ((column >> RECOMPUTE_MODULES.index(module)) & 1 == 1)
 
 
 def layout_groups(tab: PlanTable, num_layers: int, mtp_layers: int) -> list[tuple[np.ndarray, "PipelineLayout | str"]]:

@@ -69,6 +69,8 @@ def _model_overrides(job: EmitJob) -> dict:
         o["model.expert_tensor_parallel_size"] = plan.expert_tp
     if plan.recompute == Recompute.selective:
         o.update({"model.recompute_granularity": "selective", "model.recompute_method": None, "model.recompute_num_layers": None})
+        if plan.recompute_modules:
+            o["model.recompute_modules"] = [m.value for m in plan.recompute_modules]
     elif plan.recompute == Recompute.full:
         n = full_recompute_layers(plan)
         o.update({"model.recompute_granularity": "full", "model.recompute_method": "uniform" if n is None else "block",

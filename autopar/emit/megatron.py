@@ -166,6 +166,8 @@ def full_recompute_layers(plan: Plan) -> int | None:
 def recompute_flags(job: EmitJob) -> list[Group]:
     plan = job.plan
     if plan.recompute == Recompute.selective:
+        if plan.recompute_modules:
+            return [["--recompute-granularity", "selective"], ["--recompute-modules", *(m.value for m in plan.recompute_modules)]]
         return [["--recompute-granularity", "selective"]]
     if plan.recompute == Recompute.full:
         n = full_recompute_layers(plan)

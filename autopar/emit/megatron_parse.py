@@ -141,6 +141,7 @@ def plan_from_megatron(ns: argparse.Namespace, world_size: int) -> Plan:
         etp=None if etp in (None, tp) else etp, vpp=vpp, mbs=ns.micro_batch_size, zero=zero,
         zero_shard_size=(dp * cp) // instances if instances > 1 else None,
         recompute=recompute, recompute_num_layers=recompute_layers,
+        recompute_modules=tuple(ns.recompute_modules) if recompute == Recompute.selective and ns.recompute_modules else None,
         sp=bool(ns.sequence_parallel and tp > 1), tp_overlap=bool(ns.tp_comm_overlap and ns.sequence_parallel and tp > 1),
         schedule="interleaved" if vpp > 1 else "1f1b",
         cp_algo=_CP_ALGO.get(ns.cp_comm_type[0], CpAlgo.ring) if cp > 1 else CpAlgo.ring,

@@ -100,6 +100,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     schedule = plan.pipeline_schedule
     rules.check(schedule in SCHEDULES, "zero-bubble schedules are multi-stage (>= 2 stages per rank)",
                 f"schedule={schedule.value} with vpp={plan.vpp}: InterleavedZeroBubble/ZBVZeroBubble need vpp >= 2", "PP")
+    rules.check(plan.recompute_modules is None, "selective AC is per-op or per-layer",
+                f"recompute_modules={'+'.join(m.value for m in plan.recompute_modules or ())}: torchtitan's selective AC "
+                "(mode selective, selective_ac_option op | n) names no submodules", "ACT")
     rules.check(plan.recompute_num_layers is None and plan.stage_recompute_layers is None, "FullAC wraps every transformer block",
                 f"recompute_num_layers={plan.recompute_num_layers}, stage_recompute_layers={plan.stage_recompute_layers}: "
                 "partial full recompute has no torchtitan setting", "ACT")

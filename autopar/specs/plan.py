@@ -26,6 +26,29 @@ class Recompute(str, Enum):
     """Store only each layer's input; recompute the whole forward in backward."""
 
 
+class RecomputeModule(str, Enum):
+    """A submodule that selective recompute recomputes (Megatron-Core TransformerConfig
+    recompute_modules; --recompute-modules). Output-discarding checkpoints: layernorm, moe_act;
+    normal checkpoints (only the module's input kept): core_attn, mlp, moe, shared_experts."""
+
+    core_attn = "core_attn"
+    """The attention core (scores, softmax, context; the fused kernel's forward runs again)."""
+    layernorm = "layernorm"
+    """input_layernorm and pre_mlp_layernorm: their outputs are not stored."""
+    mlp = "mlp"
+    """The dense MLP of non-MoE layers."""
+    moe = "moe"
+    """The whole MoE layer: router, dispatch and combine (their AllToAll runs again), experts, shared experts."""
+    moe_act = "moe_act"
+    """The experts' activation function: its output is not stored."""
+    shared_experts = "shared_experts"
+    """The shared experts of a MoE layer."""
+
+
+RECOMPUTE_MODULE_ALIASES = {"norm": "layernorm", "act": "moe_act", "shared_expert": "shared_experts", "attn": "core_attn",
+                            "core_attention": "core_attn"}
+
+
 class Schedule(str, Enum):
     """Pipeline schedule (seed 000 'Конвейерный параллелизм')."""
 
@@ -83,6 +106,7 @@ class Dispatcher(str, Enum):
 
 
 _ALIASES = {
+    "modules": "recompute_modules",
     "first": "first_stage_layers",
     "last": "last_stage_layers",
     "recompute_layers": "recompute_num_layers",
@@ -110,6 +134,9 @@ class Plan(StrictModel):
     zero_shard_size: int | None = Field(None, gt=0, description="ZeRO/FSDP shard group (HSDP); null = all dp*cp ranks")
     recompute: Recompute = Field(Recompute.none, description="none | selective | full")
     recompute_num_layers: int | None = Field(None, gt=0, description="With full recompute: layers per stage recomputed; null = all")
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="With selective recompute: the submodules recomputed (Megatron --recompute-modules); "
+        "null = the stack's selective recompute (Megatron: core_attn; torchtitan: per-op SAC)")
     sp: bool | None = Field(None, description="Sequence parallel; null = on when tp > 1")
     tp_overlap: bool | None = Field(None, description="Overlap TP/SP collectives with GEMMs (Megatron --tp-comm-overlap, needs sp); null = on with sp")
     schedule: Schedule | None = Field(None, description="Pipeline schedule; null = interleaved when vpp > 1, else 1f1b")
@@ -140,6 +167,23 @@ class Plan(StrictModel):
             data = {**data, "vpp": layout.vpp, "layout": layout.text()}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _modules(cls, data: Any) -> Any:
+        """recompute_modules: 'layernorm+moe' (text form) or a list; aliases of published
+        tables (norm, act) resolved; deduplicated in the enum's order."""
+        if isinstance(data, dict) and data.get("recompute_modules") is not None:
+            raw = data["recompute_modules"]
+            names = re.split(r"[+\s]+", raw.strip()) if isinstance(raw, str) else list(raw)
+            names = [RECOMPUTE_MODULE_ALIASES.get(str(getattr(n, "value", n)).strip().lower(), str(getattr(n, "value", n)).strip().lower())
+                     for n in names if str(getattr(n, "value", n)).strip()]
+            known = [m.value for m in RecomputeModule]
+            bad = [n for n in names if n not in known]
+            if bad:
+                raise ValueError(f"recompute_modules: unknown module {bad[0]!r}; known: {', '.join(known)}")
+            data = {**data, "recompute_modules": tuple(m for m in RecomputeModule if m.value in names)}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "Plan":
         if self.vpp > 1 and self.pp == 1:
@@ -159,6 +203,11 @@ class Plan(StrictModel):
                 raise ValueError(f"stage_recompute_layers needs pp={self.pp} counts >= 0, got {len(self.stage_recompute_layers)}")
             if self.recompute != Recompute.full or self.recompute_num_layers is not None:
                 raise ValueError("stage_recompute_layers needs recompute=full and no recompute_num_layers")
+        if self.recompute_modules is not None:
+            if self.recompute != Recompute.selective:
+                raise ValueError(f"recompute_modules needs recompute=selective, got recompute={self.recompute.value}")
+            if not self.recompute_modules:
+                raise ValueError("recompute_modules needs at least one module (or null for the stack's selective recompute)")
         if self.reshard is not None and self.zero != 3:
             raise ValueError(f"reshard applies to zero=3 (FSDP), got zero={self.zero}")
         if self.grad_sync == GradSync.microbatch and self.zero < 2:
@@ -236,6 +285,8 @@ class Plan(StrictModel):
                 parts.append(f"{key}={value}")
         if self.stage_recompute_layers is not None:
             parts.append("stage_recompute_layers=" + "/".join(str(n) for n in self.stage_recompute_layers))
+        if self.recompute_modules is not None:
+            parts.append("recompute_modules=" + "+".join(m.value for m in self.recompute_modules))
         if self.reshard is not None:
             parts.append(f"reshard={'on' if self.reshard else 'off'}")
         if self.grad_sync is not None:

@@ -11,7 +11,7 @@ from typing import Any
 from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
 from autopar.specs.layout import megatron_layout
-from autopar.specs.plan import Dispatcher, Plan, Recompute, Schedule
+from autopar.specs.plan import RECOMPUTE_MODULE_ALIASES, Dispatcher, Plan, Recompute, RecomputeModule, Schedule
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
@@ -41,6 +41,8 @@ USED_METRICS = {"torch_compile", "async_tp", "pp_schedule", "local_batch_size", 
 
 DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - torchtitan with pipeline parallelism: each rank's batch split into pp micro-batches (its default)
+- 'selective: layernorm, moe' (Megatron --recompute-modules; 'norm, act' = layernorm, moe_act):
+  selective recompute of those modules
 - torchtitan 'selective (layer)' recompute: every other block whole (its default n = 2), i.e.
   full recompute of half the layers of a stage
 - micro_batch_size and recompute when not published: the fastest choice that fits in memory
@@ -211,6 +213,17 @@ def _recompute(row: dict[str, Any]) -> Recompute | None:
     return None
 
 
+def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
+    """Megatron --recompute-modules named after 'selective:' ('selective: layernorm, moe'; the
+    ModelZoo tables' 'norm, act' are layernorm and moe_act: RECOMPUTE_MODULE_ALIASES)."""
+    found = re.match(r"selective\s*:\s*(.+)", str(row.get("recompute") or "").strip().lower())
+    if not found:
+        return None
+    known = {m.value for m in RecomputeModule}
+    names = [RECOMPUTE_MODULE_ALIASES.get(n, n) for n in re.split(r"[,\s]+", found.group(1)) if n]
+    return tuple(n for n in names if n in known) or None
+
+
 def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
     """(FSDP on, shard group size when the column names one smaller than dp x cp). The column
     holds 0/1 flags, 'On', or text such as 'FSDP2 16-way x TP 8'."""
@@ -284,6 +297,9 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         open_choices.append("recompute")
     else:
         fields["recompute"] = recompute
+    modules = _recompute_modules(row)
+    if recompute == Recompute.selective and modules:
+        fields["recompute_modules"] = modules
     if recompute == Recompute.selective and training.stack in (Stack.torchtitan, Stack.torchtitan_compile) \
             and re.match(r"selective \(layer", str(row.get("recompute")).lower()):
         # torchtitan 'selective layer' AC checkpoints every n-th block whole, n = 2 by default

@@ -26,6 +26,7 @@ ROUND_TRIPS = {
     "block_recompute": ("llama3-70b", "dgx-h100-superpod", 1024, 8192, 2048, "tp=8,pp=4,vpp=5,recompute=full,recompute_num_layers=10"),
     "no_tp_overlap": ("llama3-70b", "dgx-h100", 64, 8192, 64, "tp=8,pp=2,tp_overlap=off,zero=0"),
     "deepep_overlap": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,vpp=2,zero=1,dispatcher=deepep,ep_overlap=on"),
+    "recompute_modules": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,recompute_modules=layernorm+moe"),
 }
 TRAINING_VARIANTS = {
     "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),

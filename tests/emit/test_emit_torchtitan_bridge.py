@@ -80,6 +80,7 @@ TITAN_REFUSED = [
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,ep=4", "bf16", "a torchtitan model registry entry for the model"),
     ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=16,ep=64", "bf16", "MTP modules only without pipeline parallelism"),
     ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4", "bf16", "FullAC wraps every"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,recompute=selective,recompute_modules=layernorm", "bf16", "selective AC is per-op or per-layer"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=4,cp_algo=ulysses", "bf16", "context parallel is ring attention"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,schedule=zero-bubble", "bf16", "zero-bubble schedules are multi-stage"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "fp16", "precision in {bf16, fp8}"),
@@ -168,3 +169,10 @@ def test_fp8_recipe_each_framework_can_run():
         with pytest.raises(RuleViolation, match="fp8 recipe in"):
             emit(rowwise, fmt)
         emit(tensorwise, fmt)
+
+
+def test_bridge_sets_recompute_modules():
+    """Megatron-Bridge: the plan's modules go to model.recompute_modules (TransformerConfig)."""
+    job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,recompute=selective,recompute_modules=layernorm+mlp")
+    o = bridge_overrides(job)
+    assert o["model.recompute_granularity"] == "selective" and o["model.recompute_modules"] == ["layernorm", "mlp"]
