@@ -44,9 +44,11 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     cast_bytes = cast * sum((g.m * g.k + g.m * g.n) * g.count for g in gemms)
     cast_fwd, cast_bwd = cast_bytes / 3, 2 * cast_bytes / 3  # fwd + bwd share the casts
     if dtype == "fp8" and tr.fp8_scaling == Fp8Recipe.rowwise:  # profiles/cost/defaults.yaml memory.rowwise_*
-        rw, rescale = prm.memory.rowwise_cast_bytes_per_element, prm.memory.rowwise_rescale_bytes_per_element
-        cast_fwd = sum((rw.input * g.m * g.k + rw.weight * g.k * g.n) * g.count for g in gemms)
-        cast_bwd = sum((rw.grad_output * g.m * g.n + rescale * (g.m * g.k + g.k * g.n)) * g.count for g in gemms)
+        rw, fw = prm.memory.rowwise_cast_bytes_per_element, prm.memory.rowwise_forward_cast_bytes_per_element
+        rescale = prm.memory.rowwise_rescale_bytes_per_element
+        cast_fwd = sum((fw.input * g.m * g.k + fw.weight * g.k * g.n + fw.grad_output * g.m * g.n) * g.count for g in gemms)
+        cast_bwd = sum(((rw.input - fw.input) * g.m * g.k + (rw.weight - fw.weight) * g.k * g.n
+                        + (rw.grad_output - fw.grad_output) * g.m * g.n + rescale * (g.m * g.k + g.k * g.n)) * g.count for g in gemms)
     out["attn_flops"] = attention_core_flops_per_token(m, tr.seq_len, causal=tr.flash_attention) * T / t.tp
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
     out["attn_flops_counted"] = attention_core_flops_per_token(m, tr.seq_len, causal=False) * T / t.tp

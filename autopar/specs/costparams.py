@@ -125,6 +125,7 @@ class MemoryParams(_Strict):
     eager_extra_bytes: EagerExtraBytes = Field(description="Eager-stack element-wise bytes beyond fused kernels")
     fsdp2_copy_out_bytes_per_element: float = Field(ge=0, description="FSDP2 all-gather copy-out, HBM bytes per unsharded element")
     rowwise_cast_bytes_per_element: RowwiseCastBytes = Field(description="FP8 rowwise recipe: HBM bytes of the casts per element of each GEMM operand")
+    rowwise_forward_cast_bytes_per_element: RowwiseCastBytes = Field(description="FP8 rowwise recipe: the part of those bytes the forward moves (the rest runs in backward)")
     rowwise_rescale_bytes_per_element: float = Field(ge=0, description="FP8 rowwise recipe: HBM bytes per element of a backward GEMM output rescaled in its own pass")
     fsdp2_reduce_copy_in_bytes_per_element: float = Field(ge=0, description="FSDP2 reduce-scatter copy-in (cast to the reduce dtype), HBM bytes per unsharded element")
     low_precision_cast_bytes_per_element: float = Field(ge=0, description="HBM bytes per GEMM input element to cast bf16 to fp8/fp4 (read 2, write 1)")
