@@ -58,6 +58,17 @@ class GpuSpec(_Strict):
         description="Board power while the GPU waits (exposed communication, pipeline bubble, restart), W; null = unknown (energy then counts waiting at tdp_watts)",
     )
 
+    @model_validator(mode="after")
+    def _mamf_below_peak(self) -> "GpuSpec":
+        """A measured matmul rate above the dense peak is a unit or dtype slip (GEMM efficiency > 1)."""
+        if self.mamf_tflops is not None:
+            for dtype, measured in self.mamf_tflops.model_dump().items():
+                peak = getattr(self.peak_tflops, dtype, None)
+                if measured is not None and peak is not None and measured > peak:
+                    raise ValueError(f"mamf_tflops.{dtype}={measured} exceeds peak_tflops.{dtype}={peak}: "
+                                     "a measured matmul rate cannot pass the dense peak")
+        return self
+
     @property
     def hbm_bytes(self) -> float:
         return self.hbm_gb * GB
