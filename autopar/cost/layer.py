@@ -82,7 +82,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count * per_op_recomputed(g.name, m, dtype) for g in gemms)
-    out["tp"], out["tp_bwd"] = _tp_seconds(batch)
+    out["tp"], out["tp_bwd"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
@@ -130,7 +130,7 @@ def per_op_recomputed(name: str, model, dtype: str) -> float:
     return 0.0
 
 
-def _tp_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
     backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward), partly
     hidden with TP overlap. Transformer Engine's userbuffers overlap both passes; PyTorch's
@@ -142,7 +142,10 @@ def _tp_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     group = batch.group("tp")
     pair = batch.collective(Collective.all_gather, message, group) + batch.collective(Collective.reduce_scatter, message, group)
     allreduce = batch.collective(Collective.all_reduce, message, group)
-    one = 2 * np.where(t.sp == 1, pair, allreduce)
+    # a MoE layer without shared experts has no TP collective around its MLP half: the router and
+    # the dispatch work on each rank's sequence shard, and expert TP gathers what the dispatch
+    # brought (autopar.cost.moe.dispatch_seconds; Megatron MoEAlltoAllTokenDispatcher)
+    one = (1 if routed_only else 2) * np.where(t.sp == 1, pair, allreduce)
     hidden = np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0)
     backward_hidden = hidden if batch.stack.tp_overlap != "async_tp" else 0.0
     return one * (1 - hidden), one * (1 - backward_hidden)

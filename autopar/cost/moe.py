@@ -118,7 +118,7 @@ def dispatch_seconds(batch, moe_tokens, load: float):
     code = t.dispatcher
     seconds = np.select([code == DISPATCHER.index(Dispatcher.deepep), code == DISPATCHER.index(Dispatcher.allgather)],
                         [deep + expert_tp, allgather], default=a2a + expert_tp)
-    return np.where(ep > 1, seconds + latency, 0.0)
+    return np.where(ep > 1, seconds + latency, expert_tp)
 
 
 def overlap_exposed(batch, comm_seconds, compute_seconds):
