@@ -81,7 +81,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act) if batch.stack.elementwise == "eager" else (0.0, 0.0)
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
-    out["sac_gemm"] = sum(gemm_time(batch, g.m, g.n, g.k, dtype) * g.count * per_op_recomputed(g.name, m, dtype) for g in gemms)
+    out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
     out["tp"], out["tp_bwd"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
@@ -200,8 +200,6 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
-        "attn_fwd": f["attn"],
-        "attn_flops": f["attn_flops_counted"],
         # per-op SAC (torchtitan): the recomputed GEMMs and every element-wise forward kernel
         "sac": f["sac_gemm"] + f["elem"],
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it

@@ -14,7 +14,7 @@ import numpy as np
 
 from autopar.cost.context import Batch
 from autopar.cost.moe import expert_load_factor, routed_tokens
-from autopar.cost.table import NONE, SCHEDULE, has_module
+from autopar.cost.table import NONE, SCHEDULE, has_module, selective_modules
 from autopar.specs.plan import RecomputeModule, Schedule
 
 
@@ -65,27 +65,20 @@ def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     drops what its modules hold, module_dropped_bytes; without named modules, the attention
     core's, or with the stack's per-op SAC keeps only what per_op_saved_bytes lists)."""
     full = layer_activation_bytes(batch, index)
-    selective = batch.tab.recompute == 1
-    named = selective & (batch.tab.rc_modules != NONE)
-    modules = full - module_dropped_bytes(batch, index)
-    if batch.stack.selective_recompute == "per_op":
-        return np.where(named, modules, np.where(selective, per_op_saved_bytes(batch, index), full))
-    # the stack's selective recompute: Megatron's default module, core_attn
-    return np.where(named, modules, full - np.where(selective, core_attention_dropped_bytes(batch), 0.0))
+    per_op = batch.stack.selective_recompute == "per_op"
+    modules = selective_modules(batch.tab, per_op)
+    kept = np.where(modules != NONE, full - module_dropped_bytes(batch, index, modules), full)
+    if per_op:
+        return np.where((batch.tab.recompute == 1) & (modules == NONE), per_op_saved_bytes(batch, index), kept)
+    return kept
 
 
-def core_attention_dropped_bytes(batch: Batch) -> np.ndarray:
-    """What recomputing the attention core saves: the score tensors of unfused attention, or the
-    fused kernel's fp32 log-sum-exp (its inputs and output are stored by the projections)."""
-    if batch.training.flash_attention:
-        return 4 * batch.tokens * batch.model.num_attention_heads / batch.tab.tp
-    return attention_core_bytes(batch)
-
-
-def module_dropped_bytes(batch: Batch, index: int) -> np.ndarray:
-    """Bytes per micro-batch that layer `index` does not store when selective recompute names
-    modules (Megatron-Core recompute_modules; terms of layer_activation_bytes). core_attn: the
-    score tensors, or the fused kernel's fp32 log-sum-exp; layernorm: the two norm outputs
+def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = None) -> np.ndarray:
+    """Bytes per micro-batch that layer `index` does not store when selective recompute runs
+    `modules` (a modules_code column; default the plans' recompute_modules; Megatron-Core
+    recompute_modules; terms of layer_activation_bytes). core_attn: the score tensors of unfused
+    attention, or the fused kernel's fp32 log-sum-exp (its inputs and output are stored by the
+    projections); layernorm: the two norm outputs
     (QKV and MLP inputs); mlp: a dense layer's fc1 output(s) and activation output; moe: router
     probabilities, the routed copies and the experts' and shared experts' intermediates (the
     checkpoint keeps the layer input); moe_act: the experts' activation output; shared_experts:
@@ -93,8 +86,10 @@ def module_dropped_bytes(batch: Batch, index: int) -> np.ndarray:
     m, t = batch.model, batch.tab
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     mats = 3 if m.gated_mlp else 2
-    on = lambda mod: has_module(t.rc_modules, mod)  # noqa: E731
-    out = np.where(on(RecomputeModule.core_attn), core_attention_dropped_bytes(batch), 0.0) + np.where(on(RecomputeModule.layernorm), 2 * B * T * m.hidden_size / tsp, 0.0)
+    column = t.rc_modules if modules is None else modules
+    on = lambda mod: has_module(column, mod)  # noqa: E731
+    core = 4 * T * m.num_attention_heads / t.tp if batch.training.flash_attention else attention_core_bytes(batch)
+    out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * B * T * m.hidden_size / tsp, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_tokens(T, t.tp, t.etp, t.sp == 1) * m.moe_top_k * expert_load_factor(batch)

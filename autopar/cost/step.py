@@ -19,8 +19,8 @@ from autopar.cost.flops import activation_message_bytes, embedding_params, layer
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.cost.pipeline import pipeline_fill
-from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups
-from autopar.specs.plan import GradSync, RecomputeModule
+from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
+from autopar.specs.plan import GradSync
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
@@ -85,9 +85,10 @@ def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -
     return counts
 
 
+# layer_parts' forward seconds ("rc_") and FLOPs ("rcf_") of each recomputable module
+MODULE_PARTS = tuple(f"{p}_{m.value}" for m in RECOMPUTE_MODULES for p in ("rc", "rcf"))
 # The plan columns a layer's per-micro-batch costs depend on (autopar.cost.layer): its GEMM
 # shapes, attention, element-wise work, TP/CP/EP collectives and their groups' placement.
-MODULE_PARTS = tuple(f"{p}_{m.value}" for m in RECOMPUTE_MODULES for p in ("rc", "rcf"))
 LAYER_COLUMNS = ("tp", "cp", "ep", "etp", "mbs", "sp", "tp_overlap", "cp_algo", "dispatcher", "ep_overlap")
 
 
@@ -172,23 +173,21 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     share = k_rec / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
              ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
-              "fwd_flops", "attn_fwd", "attn_flops", "sac", *MODULE_PARTS)}
+              "fwd_flops", "sac", *MODULE_PARTS)}
     # recompute=selective: the forward of each module recompute_modules names (Megatron-Core
     # recompute_modules); without names, the stack's: Megatron's default ["core_attn"] (the
     # attention core runs again, fused kernel included: Attention.checkpoint_core_attention), or
     # torchtitan's per-op SAC (every other matmul and all element-wise forward kernels)
-    selective = col(t.recompute) == 1
-    named = col(t.rc_modules) != NONE
     per_op = b.stack.selective_recompute == "per_op"
+    column = selective_modules(t, per_op)[:, None]
     modules, module_flops = 0.0, 0.0
-    for mod in RECOMPUTE_MODULES if bool(np.any(t.rc_modules != NONE)) else [RecomputeModule.core_attn]:
-        on = selective & has_module(t.rc_modules[:, None], mod)
-        if mod == RecomputeModule.core_attn and not per_op:
-            on = on | (selective & ~named)
+    for mod in RECOMPUTE_MODULES:
+        on = has_module(column, mod)
         if bool(np.any(on)):
             modules = modules + np.where(on, parts[f"rc_{mod.value}"], 0.0)
             module_flops = module_flops + np.where(on, parts[f"rcf_{mod.value}"], 0.0)
-    parts["recompute"] = share * parts["fwd"] + np.where(selective & ~named & per_op, parts["sac"], 0.0) + modules
+    per_op_sac = (col(t.recompute) == 1) & (column == NONE) & per_op
+    parts["recompute"] = share * parts["fwd"] + np.where(per_op_sac, parts["sac"], 0.0) + modules
     flops = parts["flops"] + share * parts["fwd_flops"] + module_flops
     fwd, bwd = parts["fwd"], parts["bwd"]
 

@@ -134,8 +134,16 @@ def modules_of(code: int) -> "tuple[RecomputeModule, ...] | None":
 
 
 def has_module(column: np.ndarray, module: RecomputeModule) -> np.ndarray:
-    """Per plan: whether selective recompute names `module` (False for the stack default)."""
+    """Per plan: whether a modules column (modules_code) holds `module`."""
     return (column != NONE) & ((column >> RECOMPUTE_MODULES.index(module)) & 1 == 1)
+
+
+def selective_modules(tab: PlanTable, per_op: bool) -> np.ndarray:
+    """The modules each plan's selective recompute runs (modules_code; NONE when the plan is not
+    selective, or leaves it to a per-op SAC stack): the plan's recompute_modules, else Megatron's
+    default ["core_attn"]."""
+    default = NONE if per_op else modules_code((RecomputeModule.core_attn,))
+    return np.where(tab.recompute != RECOMPUTE.index(Recompute.selective), NONE, np.where(tab.rc_modules != NONE, tab.rc_modules, default))
 
 
 def layout_groups(tab: PlanTable, num_layers: int, mtp_layers: int) -> list[tuple[np.ndarray, "PipelineLayout | str"]]:

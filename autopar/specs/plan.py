@@ -49,6 +49,13 @@ RECOMPUTE_MODULE_ALIASES = {"norm": "layernorm", "act": "moe_act", "shared_exper
                             "core_attention": "core_attn"}
 
 
+def module_names(names: Any) -> list[str]:
+    """Module names as written ('layernorm+moe', 'norm, act' or a list of names or enums),
+    lower-cased with the aliases of published tables resolved; unknown names are kept."""
+    items = re.split(r"[+,\s]+", names) if isinstance(names, str) else [getattr(n, "value", n) for n in names]
+    return [RECOMPUTE_MODULE_ALIASES.get(n, n) for n in (str(i).strip().lower() for i in items) if n]
+
+
 class Schedule(str, Enum):
     """Pipeline schedule (seed 000 'Конвейерный параллелизм')."""
 
@@ -173,10 +180,7 @@ class Plan(StrictModel):
         """recompute_modules: 'layernorm+moe' (text form) or a list; aliases of published
         tables (norm, act) resolved; deduplicated in the enum's order."""
         if isinstance(data, dict) and data.get("recompute_modules") is not None:
-            raw = data["recompute_modules"]
-            names = re.split(r"[+\s]+", raw.strip()) if isinstance(raw, str) else list(raw)
-            names = [RECOMPUTE_MODULE_ALIASES.get(str(getattr(n, "value", n)).strip().lower(), str(getattr(n, "value", n)).strip().lower())
-                     for n in names if str(getattr(n, "value", n)).strip()]
+            names = module_names(data["recompute_modules"])
             known = [m.value for m in RecomputeModule]
             bad = [n for n in names if n not in known]
             if bad:

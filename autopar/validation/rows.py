@@ -11,7 +11,7 @@ from typing import Any
 from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
 from autopar.specs.layout import megatron_layout
-from autopar.specs.plan import RECOMPUTE_MODULE_ALIASES, Dispatcher, Plan, Recompute, RecomputeModule, Schedule
+from autopar.specs.plan import Dispatcher, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
@@ -215,13 +215,12 @@ def _recompute(row: dict[str, Any]) -> Recompute | None:
 
 def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
     """Megatron --recompute-modules named after 'selective:' ('selective: layernorm, moe'; the
-    ModelZoo tables' 'norm, act' are layernorm and moe_act: RECOMPUTE_MODULE_ALIASES)."""
+    ModelZoo tables' 'norm, act' are layernorm and moe_act: autopar.specs.plan.module_names)."""
     found = re.match(r"selective\s*:\s*(.+)", str(row.get("recompute") or "").strip().lower())
     if not found:
         return None
     known = {m.value for m in RecomputeModule}
-    names = [RECOMPUTE_MODULE_ALIASES.get(n, n) for n in re.split(r"[,\s]+", found.group(1)) if n]
-    return tuple(n for n in names if n in known) or None
+    return tuple(n for n in module_names(found.group(1)) if n in known) or None
 
 
 def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
