@@ -186,3 +186,15 @@ def busbw_factor(op: Collective, n: int) -> float:
     if op in (Collective.all_gather, Collective.reduce_scatter, Collective.all_to_all):
         return (n - 1) / n
     return 1.0
+
+
+def overlapped_seconds(comm_seconds, compute_seconds, sms_held: float, num_sms: int | None):
+    """What a communication kernel overlapped with compute still costs: the part that outlasts
+    the compute, plus the compute slowed while the kernel holds SMs. A communication kernel
+    keeps its CUDA blocks resident for its whole run (NCCL: one block per channel; NCCL docs,
+    NCCL_MAX_NCHANNELS: 'reducing the number of channels also reduces the number of CUDA blocks
+    used for communication, hence the impact on GPU computing resources'); a GEMM's blocks fill
+    an SM's registers and shared memory, so the compute beside it runs on the other SMs."""
+    share = min(0.9, sms_held / num_sms) if num_sms else 0.0
+    hidden = np.minimum(comm_seconds, compute_seconds)
+    return np.maximum(0.0, comm_seconds - compute_seconds) + share / (1 - share) * hidden

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autopar.cost.comm import Collective
+from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.table import DISPATCHER
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Dispatcher
@@ -122,9 +122,6 @@ def dispatch_seconds(batch, moe_tokens, load: float):
 
 
 def overlap_exposed(batch, comm_seconds, compute_seconds):
-    """Seconds a communication overlapped with compute still costs: what outlasts the compute,
-    plus the compute slowed while the communication kernels hold SMs (DeepEP's normal kernels
-    take a set number of SMs; the compute beside them runs on the rest)."""
-    sms = batch.cluster.gpu.num_sms
-    share = min(1.0, batch.params.moe.dispatch_sms / sms) if sms else 0.0
-    return np.maximum(0.0, comm_seconds - compute_seconds) + share / (1 - share) * np.minimum(comm_seconds, compute_seconds)
+    """Seconds a dispatch overlapped with compute still costs (DeepEP's normal kernels take a
+    set number of SMs; the compute beside them runs on the rest)."""
+    return overlapped_seconds(comm_seconds, compute_seconds, batch.params.moe.dispatch_sms, batch.cluster.gpu.num_sms)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autopar.cost.comm import Collective
+from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
@@ -339,8 +339,10 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     a, r = ag_total / n, rs_total / n
     reshard = (t.reshard == 1)[:, None]
     per_mb_sync = (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))[:, None]
-    forward = a + (n - 1) * np.maximum(0.0, a - c_f)
-    backward = (n - 1) * np.maximum(0.0, np.where(reshard, a, 0.0) + r - c_b) + r
+    # a gather or reduce-scatter that hides behind a layer still slows it: NCCL's blocks hold SMs
+    overlap = lambda comm, compute: overlapped_seconds(comm, compute, *_nccl_sms(b))  # noqa: E731
+    forward = a + (n - 1) * overlap(a, c_f)
+    backward = (n - 1) * overlap(np.where(reshard, a, 0.0) + r, c_b) + r
     # grad_sync=step: gathers once per step (the first micro-batch), reduce-scatters once, exposed
     per_microbatch = np.where(per_mb_sync, forward + backward, 0.0)
     per_step = np.where(per_mb_sync, 0.0, forward + rs_total)
@@ -366,12 +368,18 @@ def _per_group_config(b: Batch) -> tuple[Batch, np.ndarray]:
     return Batch(b.model, b.cluster, b.training, b.params, b.tab.take(first)), config_of
 
 
+def _nccl_sms(b: Batch) -> tuple[float, int | None]:
+    """(SMs an NCCL collective holds while it runs: one block per channel, SMs of the GPU)."""
+    return float(b.params.comm.nccl.channels), b.cluster.gpu.num_sms
+
+
 def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     """Gradient reduction after the last micro-batch, overlapped with its backward (Megatron
     --overlap-grad-reduce); ZeRO-1/2 add the parameter AllGather (overlapped with the next
     step's first forward). Per plan x stage."""
     t, tr, prm = b.tab, b.training, b.params
     ov = prm.comm.dp_overlap
+    sms = _nccl_sms(b)
     reps, config_of = _per_group_config(b)
     first = np.unique(config_of, return_index=True)[1]
     total = 0.0
@@ -381,8 +389,8 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
         ar, rs, ag = (reps.collective(op, rep_count * nbytes, group)[config_of] for op, nbytes in (
             (Collective.all_reduce, tr.grad_reduce_bytes_per_param), (Collective.reduce_scatter, tr.grad_reduce_bytes_per_param),
             (Collective.all_gather, tr.weight_bytes_per_param)))
-        sharded = np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd)
-        total = total + np.where(t.zero[:, None] == 0, np.maximum(0.0, ar - ov * bwd), sharded)
+        sharded = overlapped_seconds(rs, ov * bwd, *sms) + overlapped_seconds(ag, ov * fwd, *sms)
+        total = total + np.where(t.zero[:, None] == 0, overlapped_seconds(ar, ov * bwd, *sms), sharded)
     off = (t.zero == 3) | (t.dp * t.cp == 1) | tr.frozen_weights
     return np.where(off[:, None], 0.0, total)
 

@@ -55,19 +55,19 @@ def _rows(out: Path) -> list[dict]:
 
 def test_single_worker_end_to_end(tmp_path):
     out = tmp_path / "tune"
-    # --emit megatron starts from the best plans Megatron-LM runs (no zero-bubble); the 8th is pp=12
-    args = ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--emit", "megatron", "--top", "8"]
+    # --emit megatron starts from the best plans Megatron-LM runs (no zero-bubble); the 10th is pp=12
+    args = ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "15", "--emit", "megatron", "--top", "10"]
     res = CliRunner().invoke(main, [*args, "--out", str(out)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     rows = _rows(out)
     assert len(rows) == 15
     statuses = [r["status"] for r in rows]
-    # the eight enqueued predictions, in rank order, each with the status fake_trial.py gives its plan
-    assert statuses[:8] == [_fake_status(r["plan"]) for r in rows[:8]]
-    assert "ok" in statuses[:8] and {"failed", "oom"} <= set(statuses[:8])
-    assert [r["source"] for r in rows[:9]] == ["prediction"] * 8 + ["sampler"]
-    assert all(r["state"] == ("FAIL" if r["status"] == "failed" else "COMPLETE") for r in rows[:8])
-    assert all("schedule=zero-bubble" not in r["plan"] for r in rows[:8])
+    # the ten enqueued predictions, in rank order, each with the status fake_trial.py gives its plan
+    assert statuses[:10] == [_fake_status(r["plan"]) for r in rows[:10]]
+    assert "ok" in statuses[:10] and {"failed", "oom"} <= set(statuses[:10])
+    assert [r["source"] for r in rows[:11]] == ["prediction"] * 10 + ["sampler"]
+    assert all(r["state"] == ("FAIL" if r["status"] == "failed" else "COMPLETE") for r in rows[:10])
+    assert all("schedule=zero-bubble" not in r["plan"] for r in rows[:10])
     for r in rows:
         if r["status"] == "ok":
             assert float(r["measured_over_predicted"]) == pytest.approx(1.07, abs=0.05)
