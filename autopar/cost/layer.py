@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.cost.comm import Collective
+from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
@@ -83,12 +83,36 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
     out["tp"], out["tp_bwd"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
+    sm_fwd, sm_bwd = _userbuffers_sm_seconds(batch, gemms, times)
+    out["tp"], out["tp_bwd"] = out["tp"] + sm_fwd, out["tp_bwd"] + sm_bwd
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
         out["ep"] = np.zeros(len(t))
     return out
+
+
+# the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row
+# parallel, ReduceScatter after) and the 'bulk' method (backward dgrad and wgrad of the column
+# parallel GEMMs, beside their ReduceScatter / AllGather)
+USERBUFFERS_PIPELINE = ("attention/out", "mlp/fc2", "moe/shared_fc2")
+USERBUFFERS_BULK = ("attention/qkv", "mlp/fc1", "moe/shared_fc1")
+
+
+def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.ndarray]:
+    """GEMM seconds lost to the SMs TE's TP-overlap kernels hold (forward, backward): a GEMM
+    overlapped by the 'pipeline' or 'bulk' method launches with an SM margin of
+    comm.userbuffers_sms (TE initialize_ub: num_sm 16, set_sm_margin), so it runs at
+    (SMs - margin) / SMs of its speed; backward runs a dgrad and a wgrad the forward GEMM's size."""
+    t, sms = batch.tab, batch.cluster.gpu.num_sms
+    zero = np.zeros(len(t))
+    if batch.stack.tp_overlap != "userbuffers" or not sms:
+        return zero, zero
+    on = (t.tp_overlap == 1) & (t.tp > 1)
+    slow = overlapped_seconds(1.0, 1.0, batch.params.comm.userbuffers_sms, sms) * on  # margin / (SMs - margin)
+    of = lambda names: sum((tm for g, tm in zip(gemms, times) if g.name in names), zero)  # noqa: E731
+    return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
 
 def _eager_extra_bytes(batch: Batch, f_act) -> tuple[np.ndarray, np.ndarray]:

@@ -111,6 +111,7 @@ class CommParams(_Strict):
     nccl: NcclParams = Field(description="NCCL's tuning-model constants (algorithm and protocol choice)")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of the last micro-batch's backward that can hide DP gradient reduction")
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of TP/SP collective time hidden behind GEMMs when the plan overlaps them (tp_overlap)")
+    userbuffers_sms: int = Field(ge=0, description="SMs Transformer Engine's pipelined and bulk TP-overlap kernels keep from the GEMMs they overlap")
 
 
 class RowwiseCastBytes(_Strict):

@@ -44,3 +44,27 @@ def test_fsdp_overlap_cost_scales_with_the_share_of_sms_nccl_holds():
     # through rings at 8 x 25 GB/s per node (~165 GB/s achieved at 436 MB) = ~0.34 s hidden, of
     # which 16 / (108 - 16) is lost to the compute: ~0.059 s
     assert a100 - base == pytest.approx(0.059, rel=0.25)
+
+
+def test_userbuffers_gemms_run_beside_sixteen_sms():
+    # TE initialize_ub: the 'pipeline' (proj and fc2 forward) and 'bulk' (qkv and fc1 dgrad and
+    # wgrad) overlaps launch their GEMMs with a 16-SM margin; LLaMA-3 70B layer, TP 8 with SP on H100
+    from autopar.cost.context import Batch
+    from autopar.cost.layer import gemm_time, layer_forward
+    from autopar.cost.table import PlanTable
+    model = load_model("llama3-70b")
+    cluster = load_cluster("dgx-h100").with_gpus(8)
+    params = load_cost_params()
+    tab = PlanTable.from_plans([Plan(tp=8, pp=1, dp=1, sp=True, tp_overlap=True), Plan(tp=8, pp=1, dp=1, sp=True, tp_overlap=False)], 8)
+    b = Batch(model, cluster, TrainingSpec(seq_len=8192, global_batch_size=8), params, tab)
+    f = layer_forward(b, 0)
+    T, h, F = 8192, 8192, 28672
+    out, fc2 = float(gemm_time(b, T, h, h / 8, "bf16")), float(gemm_time(b, T, h, F / 8, "bf16"))
+    qkv, fc1 = float(gemm_time(b, T, (8192 + 2 * 1024) / 8, h, "bf16")), float(gemm_time(b, T, 2 * F / 8, h, "bf16"))
+    slow = 16 / (132 - 16)
+    hidden = params.comm.tp_overlap
+    assert f["tp"][0] - f["tp"][1] * (1 - hidden) == pytest.approx(slow * (out + fc2), rel=1e-6)
+    assert f["tp_bwd"][0] - f["tp_bwd"][1] * (1 - hidden) == pytest.approx(slow * 2 * (qkv + fc1), rel=1e-6)
+    # by hand: proj 2 x 8192 x 8192 x 1024 + fc2 2 x 8192 x 8192 x 3584 = 6.2e11 FLOP, ~0.8 ms at
+    # ~770 TFLOP/s; 16/116 of it is ~0.11 ms per layer and micro-batch in the forward
+    assert slow * (out + fc2) == pytest.approx(0.11e-3, rel=0.2)

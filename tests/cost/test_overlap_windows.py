@@ -40,9 +40,12 @@ def test_async_tp_hides_forward_collectives_only():
     dense = ModelSpec(name="d", num_layers=2, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=14336, vocab_size=32000)
     cluster = load_cluster("dgx-h100").with_gpus(8)
     tab = PlanTable.from_plans([Plan(tp=8, pp=1, dp=1, sp=True, tp_overlap=True), Plan(tp=8, pp=1, dp=1, sp=True, tp_overlap=False)], 8)
-    ov = load_cost_params().comm.tp_overlap
+    params = load_cost_params()
+    # the SMs userbuffers keep from the GEMMs are tests/cost/test_overlap_sms.py's: none here
+    params = params.model_copy(update={"comm": params.comm.model_copy(update={"userbuffers_sms": 0})})
+    ov = params.comm.tp_overlap
     for stack, backward_hidden in ((Stack.megatron, ov), (Stack.torchtitan_compile, 0.0)):
-        f = layer_forward(Batch(dense, cluster, TrainingSpec(seq_len=8192, global_batch_size=8, stack=stack), load_cost_params(), tab), 0)
+        f = layer_forward(Batch(dense, cluster, TrainingSpec(seq_len=8192, global_batch_size=8, stack=stack), params, tab), 0)
         plain = f["tp"][1]
         assert f["tp"][0] == pytest.approx(plain * (1 - ov))
         assert f["tp_bwd"][0] == pytest.approx(plain * (1 - backward_hidden))
