@@ -188,6 +188,16 @@ def busbw_factor(op: Collective, n: int) -> float:
     return 1.0
 
 
+def sm_slowdown(sms_held: float, num_sms: int | None) -> float:
+    """Extra compute seconds per second that a kernel holding `sms_held` SMs costs the compute
+    beside it: the compute runs on the other SMs, held / (SMs - held) slower (at least one SM
+    stays with the compute; 0 when the GPU's SM count is unknown)."""
+    if not num_sms:
+        return 0.0
+    held = min(sms_held, num_sms - 1)
+    return held / (num_sms - held)
+
+
 def overlapped_seconds(comm_seconds, compute_seconds, sms_held: float, num_sms: int | None):
     """What a communication kernel overlapped with compute still costs: the part that outlasts
     the compute, plus the compute slowed while the kernel holds SMs. A communication kernel
@@ -195,6 +205,5 @@ def overlapped_seconds(comm_seconds, compute_seconds, sms_held: float, num_sms: 
     NCCL_MAX_NCHANNELS: 'reducing the number of channels also reduces the number of CUDA blocks
     used for communication, hence the impact on GPU computing resources'); a GEMM's blocks fill
     an SM's registers and shared memory, so the compute beside it runs on the other SMs."""
-    share = min(0.9, sms_held / num_sms) if num_sms else 0.0
     hidden = np.minimum(comm_seconds, compute_seconds)
-    return np.maximum(0.0, comm_seconds - compute_seconds) + share / (1 - share) * hidden
+    return np.maximum(0.0, comm_seconds - compute_seconds) + sm_slowdown(sms_held, num_sms) * hidden

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.cost.comm import Collective, overlapped_seconds
+from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
@@ -105,12 +105,12 @@ def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.
     overlapped by the 'pipeline' or 'bulk' method launches with an SM margin of
     comm.userbuffers_sms (TE initialize_ub: num_sm 16, set_sm_margin), so it runs at
     (SMs - margin) / SMs of its speed; backward runs a dgrad and a wgrad the forward GEMM's size."""
-    t, sms = batch.tab, batch.cluster.gpu.num_sms
+    t = batch.tab
     zero = np.zeros(len(t))
-    if batch.stack.tp_overlap != "userbuffers" or not sms:
+    if batch.stack.tp_overlap != "userbuffers":
         return zero, zero
     on = (t.tp_overlap == 1) & (t.tp > 1)
-    slow = overlapped_seconds(1.0, 1.0, batch.params.comm.userbuffers_sms, sms) * on  # margin / (SMs - margin)
+    slow = sm_slowdown(batch.params.comm.userbuffers_sms, batch.cluster.gpu.num_sms) * on
     of = lambda names: sum((tm for g, tm in zip(gemms, times) if g.name in names), zero)  # noqa: E731
     return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
