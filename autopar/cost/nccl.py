@@ -87,12 +87,23 @@ def _ll_max(f: Fabric, prm: NcclParams) -> float:
     return prm.ll_max_busbw_gb_per_s_multi_node[0 if f.nodes == 2 else 1] * 1e9
 
 
+def _multi_node_ring_busbw(f: Fabric) -> float:
+    """A ring across nodes enters each node through one GPU's NIC and leaves through another's,
+    so each GPU's NVLinks carry (ppn - 1) / ppn of the ring's bus traffic (one ring per NIC, ppn
+    rings: every GPU is the entry of one), where a one-node ring (what intra_busbw measures) puts
+    all of it on them. NCCL's search rates such a ring at one speed for both tiers (search.cc:
+    a ring graph keeps bwIntra = bwInter), the NIC's: 8 x 48 GB/s on 8x 400 Gb/s H100 nodes."""
+    if f.per_node <= 1:
+        return f.net_busbw
+    return min(f.intra_busbw * f.per_node / (f.per_node - 1), f.net_busbw)
+
+
 def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     """NCCL busBw of an algorithm before protocol refinements (0: not available)."""
     multi = f.nodes > 1
     ring = min(f.intra_busbw, f.net_busbw) if multi else f.intra_busbw
     if algo == "ring":
-        return ring
+        return _multi_node_ring_busbw(f) if multi else ring
     if algo == "tree":
         if op != ALL_REDUCE:
             return 0.0

@@ -4,6 +4,8 @@ in profiles/cost/defaults.yaml comm.nccl) and the algorithm switches the nccl-te
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autopar.cost.comm import Collective, collective_choice, fabric, place_group
@@ -93,3 +95,30 @@ def test_two_node_tree_moves_the_buffer_once_through_the_nics():
     t = collective_choice(AR, 8 << 30, group, a100.with_gpus(16), params, "tree", "simple").seconds
     nics = 8 * 12.5e9 * params.comm.network_efficiency
     assert (8 << 30) / t == pytest.approx(nics, rel=0.03)
+
+
+@pytest.mark.parametrize("nodes, last_nvls_tree_mib", [
+    # NCCL 2.26 rates a multi-node ring at its graph's one speed, the NICs' 8 x 48 = 384 GB/s
+    # (tuning.cc: bwInter beyond 2 nodes; search.cc keeps bwIntra = bwInter for rings), and the
+    # v2.27 NVLS-tree at min(NVLink, NICs / 2) x 5/6: ring from 256 MiB on 4 nodes (309g: 128 MiB
+    # 249.2 GB/s, 256 MiB 235.9 -- the dip of the switch -- 512 MiB 288.9), from 1 GiB on 8
+    # (309f: 512 MiB 301.2, 1 GiB 286.8, 2 GiB 319.0)
+    (4, 128), (8, 512),
+])
+def test_nvls_tree_to_ring_switch_at_scale(nodes, last_nvls_tree_mib):
+    params = with_nccl_version(load_cost_params(), "2.26")
+    cluster, group, _ = _h100(nodes, params)
+    picks = {s: collective_choice(AR, s * MiB, group, cluster, params).algorithm for s in (64, 128, 256, 512, 1024, 2048)}
+    assert all(a == "nvls_tree" for s, a in picks.items() if s <= last_nvls_tree_mib), picks
+    assert all(a == "ring" for s, a in picks.items() if s > last_nvls_tree_mib), picks
+
+
+def test_multi_node_ring_puts_seven_eighths_on_nvlink():
+    # each GPU of a node enters one ring from its NIC: its NVLinks carry 7/8 of the bus traffic,
+    # so across nodes the ring runs at min(intra x 8/7, NICs), not at the one-node ring's rate
+    params = load_cost_params()
+    cluster, group, f = _h100(4, params)
+    slow_nvlink = replace(f, intra_busbw=300e9, net_busbw=400e9)
+    assert algorithm_bandwidth("all_reduce", "ring", 2, slow_nvlink, params.comm.nccl) == pytest.approx(300e9 * 8 / 7 * 32 / 62)
+    fast_nvlink = replace(f, intra_busbw=366e9, net_busbw=384e9)
+    assert algorithm_bandwidth("all_reduce", "ring", 2, fast_nvlink, params.comm.nccl) == pytest.approx(384e9 * 32 / 62)

@@ -48,7 +48,11 @@ def test_nvls_on_8xh100_large_messages(params):
     node = load_cluster("dgx-h100")
     assert collective_choice(AR, 8 * GiB, Group(8, 8, 1), node, params).algorithm == "nvls"
     assert collective_choice(AR, 4 << 20, Group(8, 8, 1), node, params).algorithm == "nvls"
-    assert collective_choice(AR, 8 * GiB, Group(64, 8, 8), _node_and_pod(8), params).algorithm == "nvls_tree"
+    assert collective_choice(AR, 256 << 20, Group(64, 8, 8), _node_and_pod(8), params).algorithm == "nvls_tree"
+    # ... up to the size where the ring's NIC rate (8 graph channels x 48 GB/s = 384, bwInter)
+    # beats NVLS-tree's 8 x 45.5 = 364 by more than its 126-step latency: the 8-node logs of
+    # nccl-tests#309 switch to ring at 1 GiB (309f: 512 MiB 301.2 GB/s, 1 GiB 286.8, 2 GiB 319.0)
+    assert collective_choice(AR, 8 * GiB, Group(64, 8, 8), _node_and_pod(8), params).algorithm == "ring"
     # AllGather in a node: NVLS gives half its AllReduce rate x 7/8, the ring wins
     assert collective_choice(AG, 8 * GiB, Group(8, 8, 1), node, params).algorithm == "ring"
 
