@@ -25,6 +25,8 @@ class StackSpec(StrictModel):
     tp_overlap: str = Field(description="userbuffers | async_tp | none: the TP communication overlap the stack has")
     fsdp: str = Field(description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation")
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.tensorwise, description="FP8 scaling the stack runs unless the training spec names one")
+    fp8_saves_gemm_inputs: bool = Field(False, description="With FP8 GEMMs, a linear layer keeps its input for the weight "
+                                        "gradient as the 1-byte FP8 copy it cast (Transformer Engine), not in bf16 (torchao)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     def kernel(self, architecture: str) -> str:

@@ -119,11 +119,14 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         modes = [Recompute.none] + ([Recompute.selective] if distinct_selective else []) + [Recompute.full]
         choices = [(("recompute", r),) for r in modes]
         # full recompute of only some layers per stage (Megatron --recompute-num-layers): the run
-        # may have recomputed just enough layers to fit
+        # may have recomputed just enough layers to fit; with interleaving the count is per model
+        # chunk (block method: the first N layers of each of the vpp chunks), so a stage
+        # recomputes a multiple of vpp (autopar/emit/megatron.py refuses the others)
         if inputs.training.stack == Stack.megatron:
             per_stage = -(-inputs.model.num_layers // inputs.plan_fields.get("pp", 1))
-            choices += [(("recompute", Recompute.full), ("recompute_num_layers", k))
-                        for k in (1, 2, 4, 8, 16, 32, 64) if k < per_stage]
+            vpp = inputs.plan_fields.get("vpp") or 1
+            choices += [(("recompute", Recompute.full), ("recompute_num_layers", vpp * k))
+                        for k in (1, 2, 4, 8, 16, 32, 64) if vpp * k < per_stage]
         options.append(choices)
     if "etp" in inputs.open_choices:
         f = inputs.plan_fields

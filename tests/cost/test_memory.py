@@ -124,3 +124,19 @@ def test_moe_capacity_factor_scales_routed_activations(h100_node, params):
         rows[cap] = layer_activation_bytes(make_batch(m, h100_node, training, [parse_plan("tp=1")], params), 0)[0]
     h, f, k, T = 4096, 14336, 2, 4096
     assert rows[1.25] - rows[1.0] == pytest.approx(0.25 * T * k * 2 * (h + 2 * f + f))
+
+
+@pytest.mark.parametrize("stack, saves_fp8", [("megatron", True), ("torchtitan", False)])
+def test_fp8_stack_keeps_linear_inputs_in_one_byte(stack, saves_fp8, h100_node, params):
+    # Transformer Engine keeps the FP8 copy it cast of each linear layer's input for the weight
+    # gradient (linear.py: saved_inputmat = inputmat, the FP8 tensor); torchao keeps bf16. Per
+    # s b h with flash attention, no dropout, tp 1 (Korthikanti terms): QKV input 2 -> 1, MLP input
+    # 2 -> 1, fc2 input (4h) 8 -> 4, and the attention output gets a 1-byte copy beside its bf16
+    # one (the fused kernel's backward reads it): -1 -1 -4 +1 = -5 s b h
+    from autopar.specs.training import Precision, Stack
+    model = GPT.model_copy(update={"dropout": False})
+    def stored(precision):
+        training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True, precision=precision, stack=Stack(stack))
+        return layer_activation_bytes(make_batch(model, h100_node, training, [parse_plan("tp=1,mbs=1")], params), 0)[0]
+    saved = stored(Precision.bf16) - stored(Precision.fp8)
+    assert saved == pytest.approx(5 * S * B * H if saves_fp8 else 0.0)

@@ -135,3 +135,14 @@ def test_unpublished_recompute_resolves_to_just_enough_layers():
     assert result.resolved["recompute"] == "full"
     assert 0 < int(result.resolved["recompute_num_layers"]) < 80
     assert result.feasible and result.predicted_memory_gb <= 186
+
+
+def test_unpublished_recompute_layers_are_whole_per_model_chunk():
+    # Megatron's --recompute-num-layers counts layers per model chunk (block method: the first N of
+    # each of the vpp chunks), so an interleaved stage recomputes a multiple of vpp: GPT-3 175B on
+    # 512 H100 (NeMo 24.07, tp4 pp8 vpp6: 12 layers per stage, 2 per chunk) offers 6 per stage, not 1
+    from autopar.validation.predict import _candidates
+    from autopar.validation.rows import row_inputs
+    row = next(r for r in json.loads(DEV_RUNS.read_text()) if r["id"] == "nemo_perf_summary_24.07-004")
+    counts = [fields["recompute_num_layers"] for fields, _ in _candidates(row_inputs(row)) if "recompute_num_layers" in fields]
+    assert counts == [6]
