@@ -5,7 +5,8 @@ value per plan.
 Activations are derived tensor by tensor, so GQA, gated MLPs, MoE, flash attention, dropout,
 SP and CP change the constant 34 of s b h (34 + 5 a s / h) the way they change the tensors.
 Legend: T tokens of a micro-batch on this GPU, h hidden, a heads, g KV heads, d head dim,
-F FFN width, t tp, B bytes per activation element.
+F FFN width, t tp, B bytes per activation element, Bi bytes per element of a linear layer's
+saved input (B, or 1 for FP8 on Transformer Engine: gemm_input_bytes).
 """
 
 from __future__ import annotations
@@ -35,21 +36,21 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     """Bytes one micro-batch leaves stored by layer `index` with no recomputation."""
     m, t = batch.model, batch.tab.tp
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
-    g = gemm_input_bytes(batch)
+    Bi = gemm_input_bytes(batch)
     h, a, d = m.hidden_size, m.num_attention_heads, m.head_size
     d_v = m.mla.v_head_dim if m.mla else d
     drop = 1.0 if m.dropout else 0.0
     # attention block: norm input, QKV input, Q, K, V, attention output (the fused kernel's
     # backward reads it, the output projection its input; an FP8 stack keeps the projection its
     # own 1-byte copy), dropout mask
-    out_proj = B + (g if g < B else 0.0)
-    total = (B + g) * T * h / tsp + B * T * (a / t * d + 2 * kv_heads_per_rank(batch) * d) + out_proj * T * a / t * d_v + drop * T * h / tsp
+    out_proj = B + (Bi if Bi < B else 0.0)
+    total = (B + Bi) * T * h / tsp + B * T * (a / t * d + 2 * kv_heads_per_rank(batch) * d) + out_proj * T * a / t * d_v + drop * T * h / tsp
     if batch.training.flash_attention:
         total = total + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
     else:
         total = total + attention_core_bytes(batch)
     # MLP block: norm input, MLP input, dropout mask
-    total = total + (B + g) * T * h / tsp + drop * T * h / tsp
+    total = total + (B + Bi) * T * h / tsp + drop * T * h / tsp
     mats = 3 if m.gated_mlp else 2
     if m.is_moe_layer(index):
         k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
@@ -57,12 +58,12 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
         # activation output (fc2's input)
         routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * k * expert_load_factor(batch)
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
-        total = total + g * routed * h + B * routed * (mats - 1) * f_e / et + g * routed * f_e / et
+        total = total + Bi * routed * h + B * routed * (mats - 1) * f_e / et + Bi * routed * f_e / et
         f_s = m.moe_shared_expert_ffn_size
-        total = total + B * T * (mats - 1) * f_s / t + g * T * f_s / t
+        total = total + B * T * (mats - 1) * f_s / t + Bi * T * f_s / t
     else:
         f = m.ffn_hidden_size
-        total = total + B * T * (mats - 1) * f / t + g * T * f / t  # fc1 output(s), activation output
+        total = total + B * T * (mats - 1) * f / t + Bi * T * f / t  # fc1 output(s), activation output
     return total
 
 
@@ -98,22 +99,22 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     the shared experts' intermediates."""
     m, t = batch.model, batch.tab
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
-    g = gemm_input_bytes(batch)  # the inputs of linear layers (norm outputs, activation outputs)
+    Bi = gemm_input_bytes(batch)  # the inputs of linear layers (norm outputs, activation outputs)
     mats = 3 if m.gated_mlp else 2
     column = t.rc_modules if modules is None else modules
     on = lambda mod: has_module(column, mod)  # noqa: E731
     core = 4 * T * m.num_attention_heads / t.tp if batch.training.flash_attention else attention_core_bytes(batch)
-    out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * g * T * m.hidden_size / tsp, 0.0)
+    out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * Bi * T * m.hidden_size / tsp, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_tokens(T, t.tp, t.etp, t.sp == 1) * m.moe_top_k * expert_load_factor(batch)
-        shared = (B * (mats - 1) + g) * T * f_s / t.tp
-        experts = 4 * T * m.num_experts + g * routed * m.hidden_size + (B * (mats - 1) + g) * routed * f_e / t.etp
+        shared = (B * (mats - 1) + Bi) * T * f_s / t.tp
+        experts = 4 * T * m.num_experts + Bi * routed * m.hidden_size + (B * (mats - 1) + Bi) * routed * f_e / t.etp
         out = out + np.where(on(RecomputeModule.moe), experts + shared,
-                             np.where(on(RecomputeModule.moe_act), g * routed * f_e / t.etp, 0.0)
+                             np.where(on(RecomputeModule.moe_act), Bi * routed * f_e / t.etp, 0.0)
                              + np.where(on(RecomputeModule.shared_experts), shared, 0.0))
     else:
-        out = out + np.where(on(RecomputeModule.mlp), (B * (mats - 1) + g) * T * m.ffn_hidden_size / t.tp, 0.0)
+        out = out + np.where(on(RecomputeModule.mlp), (B * (mats - 1) + Bi) * T * m.ffn_hidden_size / t.tp, 0.0)
     return out
 
 

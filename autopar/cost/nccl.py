@@ -101,13 +101,13 @@ def _multi_node_ring_busbw(f: Fabric) -> float:
 def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
     """NCCL busBw of an algorithm before protocol refinements (0: not available)."""
     multi = f.nodes > 1
-    ring = min(f.intra_busbw, f.net_busbw) if multi else f.intra_busbw
     if algo == "ring":
-        return _multi_node_ring_busbw(f) if multi else ring
+        return _multi_node_ring_busbw(f) if multi else f.intra_busbw
+    links = min(f.intra_busbw, f.net_busbw) if multi else f.intra_busbw  # the slower tier
     if algo == "tree":
         if op != ALL_REDUCE:
             return 0.0
-        return f.intra_busbw if f.nodes <= 2 else ring
+        return f.intra_busbw if f.nodes <= 2 else links
     if algo == "nvls":
         if multi or f.nvls_busbw <= 0:
             return 0.0
@@ -124,7 +124,7 @@ def _simple_busbw(op: str, algo: str, f: Fabric) -> float:
         node = f.nvls_busbw or f.intra_busbw
         return min(node, f.net_busbw * f.collnet_speedup)
     if algo == "pat":  # one rank per node only (ncclPatEnable)
-        return ring if op != ALL_REDUCE and multi and f.per_node == 1 else 0.0
+        return links if op != ALL_REDUCE and multi and f.per_node == 1 else 0.0
     raise ValueError(f"unknown algorithm {algo!r}")
 
 
