@@ -164,15 +164,33 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     t, prm = batch.tab, batch.params
     message = activation_message_bytes(batch.tokens, batch.model.hidden_size, batch.training.activation_bytes)
     group = batch.group("tp")
-    pair = batch.collective(Collective.all_gather, message, group) + batch.collective(Collective.reduce_scatter, message, group)
+    scatter = batch.collective(Collective.reduce_scatter, message, group)
+    pair = batch.collective(Collective.all_gather, message, group) + scatter
     allreduce = batch.collective(Collective.all_reduce, message, group)
+    tr = batch.training
+    fp8_gather = (batch.stack.fp8_tp_gathers_fp8 and tr.precision.gemm_dtype == "fp8"
+                  and tr.fp8_scaling == Fp8Recipe.tensorwise)
+    # tensorwise FP8 gathers the 1-byte cast forward (StackSpec fp8_tp_gathers_fp8); the backward's
+    # gathers and scatters carry bf16 gradients
+    gathered = message / tr.activation_bytes if fp8_gather else message
+    fwd_pair = batch.collective(Collective.all_gather, gathered, group) + scatter if fp8_gather else pair
     # a MoE layer without shared experts has no TP collective around its MLP half: the router and
     # the dispatch work on each rank's sequence shard, and expert TP gathers what the dispatch
     # brought (autopar.cost.moe.dispatch_seconds; Megatron MoEAlltoAllTokenDispatcher)
-    one = (1 if routed_only else 2) * np.where(t.sp == 1, pair, allreduce)
+    pairs = 1 if routed_only else 2
+    fwd = pairs * np.where(t.sp == 1, fwd_pair, allreduce)
+    bwd = pairs * np.where(t.sp == 1, pair, allreduce)
     hidden = np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0)
     backward_hidden = hidden if batch.stack.tp_overlap != "async_tp" else 0.0
-    return one * (1 - hidden), one * (1 - backward_hidden)
+    # a stack whose SP shards dim 1 of [b, s, h] copies the whole gathered tensor after each
+    # AllGather and the whole input before each ReduceScatter (read + write, StackSpec
+    # sequence_dim_copies): memory work on the compute stream, not hidden by overlap
+    copies_fwd = copies_bwd = 0.0
+    if batch.stack.sequence_dim_copies:
+        on = (t.sp == 1) & (t.tp > 1)
+        copies_fwd = np.where(on, pairs * batch.hbm_seconds(2 * gathered + 2 * message), 0.0)
+        copies_bwd = np.where(on, pairs * batch.hbm_seconds(4 * message), 0.0)
+    return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd
 
 
 def cp_comm_seconds(batch: Batch) -> np.ndarray:

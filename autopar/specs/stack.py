@@ -27,6 +27,11 @@ class StackSpec(StrictModel):
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.tensorwise, description="FP8 scaling the stack runs unless the training spec names one")
     fp8_saves_gemm_inputs: bool = Field(False, description="With FP8 GEMMs, a linear layer keeps its input for the weight "
                                         "gradient as the 1-byte FP8 copy it cast (Transformer Engine), not in bf16 (torchao)")
+    sequence_dim_copies: bool = Field(False, description="Sequence-parallel collectives on a [batch, seq, hidden] activation "
+                                      "gather and scatter along dim 1: PyTorch's functional collectives copy the whole tensor after "
+                                      "each AllGather and before each ReduceScatter (Megatron's [seq, batch, hidden] needs none)")
+    fp8_tp_gathers_fp8: bool = Field(False, description="With tensorwise FP8, the forward TP AllGather carries the 1-byte FP8 "
+                                     "cast of the column-parallel input, not its bf16 (torchao Float8ColwiseParallel)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     def kernel(self, architecture: str) -> str:
