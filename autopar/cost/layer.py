@@ -161,25 +161,23 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
     forward-pass speedup but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post
     'Introducing Async Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
-    t, prm = batch.tab, batch.params
-    message = activation_message_bytes(batch.tokens, batch.model.hidden_size, batch.training.activation_bytes)
+    t, prm, tr = batch.tab, batch.params, batch.training
+    message = activation_message_bytes(batch.tokens, batch.model.hidden_size, tr.activation_bytes)
     group = batch.group("tp")
-    scatter = batch.collective(Collective.reduce_scatter, message, group)
-    pair = batch.collective(Collective.all_gather, message, group) + scatter
-    allreduce = batch.collective(Collective.all_reduce, message, group)
-    tr = batch.training
-    fp8_gather = (batch.stack.fp8_tp_gathers_fp8 and tr.precision.gemm_dtype == "fp8"
-                  and tr.fp8_scaling == Fp8Recipe.tensorwise)
     # tensorwise FP8 gathers the 1-byte cast forward (StackSpec fp8_tp_gathers_fp8); the backward's
     # gathers and scatters carry bf16 gradients
+    fp8_gather = batch.stack.fp8_tp_gathers_fp8 and tr.precision.gemm_dtype == "fp8" and tr.fp8_scaling == Fp8Recipe.tensorwise
     gathered = message / tr.activation_bytes if fp8_gather else message
-    fwd_pair = batch.collective(Collective.all_gather, gathered, group) + scatter if fp8_gather else pair
+    gather = batch.collective(Collective.all_gather, message, group)
+    gather_fwd = batch.collective(Collective.all_gather, gathered, group) if fp8_gather else gather
+    scatter = batch.collective(Collective.reduce_scatter, message, group)
+    allreduce = batch.collective(Collective.all_reduce, message, group)
     # a MoE layer without shared experts has no TP collective around its MLP half: the router and
     # the dispatch work on each rank's sequence shard, and expert TP gathers what the dispatch
     # brought (autopar.cost.moe.dispatch_seconds; Megatron MoEAlltoAllTokenDispatcher)
     pairs = 1 if routed_only else 2
-    fwd = pairs * np.where(t.sp == 1, fwd_pair, allreduce)
-    bwd = pairs * np.where(t.sp == 1, pair, allreduce)
+    fwd = pairs * np.where(t.sp == 1, gather_fwd + scatter, allreduce)
+    bwd = pairs * np.where(t.sp == 1, gather + scatter, allreduce)
     hidden = np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0)
     backward_hidden = hidden if batch.stack.tp_overlap != "async_tp" else 0.0
     # a stack whose SP shards dim 1 of [b, s, h] copies the whole gathered tensor after each
