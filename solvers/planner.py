@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +26,7 @@ from autopar.specs.training import Precision, TrainingSpec
 from solvers.base import Objective
 from solvers.plan_choice import Constraints, choose, explain, mark_pareto
 from solvers.plan_points import FleetInputs, PlanPoint, PointContext, price_point
+from solvers.workers import run_in_workers
 from solvers.search import NoFeasiblePlan, SearchRequest, run_search
 
 TOP_K = 20  # layouts kept per point: the first that also runs every ramp-up batch is priced
@@ -142,10 +141,11 @@ def _search_all(req: PlanRequest, clusters: list[ClusterSpec], batches: list[int
     args = [(req.model, c, req.seq_len, req.precision, batches, options) for c in clusters]
     if req.workers <= 1 or len(args) <= 1:
         return [_search_count(*a) for a in args]
-    with ProcessPoolExecutor(max_workers=min(req.workers, len(args)), mp_context=get_context("spawn")) as pool:
-        # largest counts first: their spaces are the biggest, so the pool ends together
-        futures = {i: pool.submit(_search_count, *args[i]) for i in sorted(range(len(args)), key=lambda i: -clusters[i].num_gpus)}
-        return [futures[i].result() for i in range(len(args))]
+    # largest counts first: their spaces are the biggest, so the pool ends together
+    order = sorted(range(len(args)), key=lambda i: -clusters[i].num_gpus)
+    results = run_in_workers(_search_count, [args[i] for i in order], min(req.workers, len(args)))
+    by_index = dict(zip(order, results))
+    return [by_index[i] for i in range(len(args))]
 
 
 def run_plan(req: PlanRequest) -> PlanReport:

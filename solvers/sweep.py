@@ -10,8 +10,6 @@ import itertools
 import json
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -26,6 +24,7 @@ from autopar.specs._files import read_data, read_mapping
 from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
 from solvers.base import Objective
 from solvers.search import SearchRequest, run_search
+from solvers.workers import run_in_workers
 
 CASES_FILE = "cases.jsonl"
 SPEC_FILE = "sweep.json"  # the sweep an --out folder holds (check_same_sweep)
@@ -246,53 +245,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bo
         for case in todo:
             record_done(run_case(case, spec_data, overrides))
     else:
-        _run_in_workers(todo, min(workers, len(todo)), spec_data, overrides, record_done)
+        run_in_workers(run_case, [(c, spec_data, overrides) for c in todo], min(workers, len(todo)),
+                       lambda _, record: record_done(record))
     return [done[c["case"]] for c in all_cases]
-
-
-def _run_in_workers(todo, workers, spec_data, overrides, record_done) -> None:
-    """Cases in spawned worker processes. Not `with ProcessPoolExecutor`: its exit waits for
-    the running cases (30-47 s after a Ctrl-C), so on any exception the workers are killed."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
-    try:
-        pending = {pool.submit(run_case, c, spec_data, overrides) for c in todo}
-        while pending:
-            finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished_now:
-                record_done(future.result())
-    except BaseException:
-        _kill_workers(pool)
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-    for p in processes:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-
-
-def _worker_init() -> None:
-    """In each worker: Ctrl-C goes to the whole terminal process group, but only the parent
-    acts on it (it terminates the workers), so workers ignore SIGINT; and on Linux a worker is
-    sent SIGTERM when the parent dies, so no worker outlives a killed sweep."""
-    import signal
-    import sys
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-        except (OSError, AttributeError):
-            pass
 
 
 # ---- baseline comparison -------------------------------------------------------------------
