@@ -116,6 +116,17 @@ class ModelSpec(StrictModel):
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
                                 "transformer layer of the last layer's kind with its own output layer")
 
+    def positions_for(self, seq_len: int, framework: str | None = None) -> None:
+        """A learned absolute position embedding has one trained row per position, so a launcher
+        cannot run sequences longer than its table (Megatron-LM refuses max_position_embeddings <
+        seq_length for it; RoPE has no table). The cost model does not depend on the table, so
+        only a search for a framework's launcher checks this. InputError names the rule."""
+        if self.position_embedding != "rope" and self.max_position_embeddings is not None and seq_len > self.max_position_embeddings:
+            raise InputError("seq-len", seq_len, f"exceeds {self.name}'s learned position table (max_position_embeddings="
+                             f"{self.max_position_embeddings}, position_embedding={self.position_embedding}); a learned table "
+                             f"has one row per trained position, so {framework or 'a launcher'} refuses every plan -- use a config "
+                             "with a larger table or a RoPE model")
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.num_kv_heads is not None and self.num_attention_heads % self.num_kv_heads:

@@ -82,6 +82,10 @@ def test_fix_pins_dimensions():
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--fix", "warp=2"], "fix='warp'"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch-tokens", "16M", "--max-gbs-tokens", "4M"], "critical batch"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--top", "0"], "top=0"),
+        # GPT-2's learned position table has 1,024 rows (HF n_positions): Megatron's launcher refuses
+        # seq_length 2048 for every plan, so the search says so at once instead of ranking 20,000 plans
+        (["--model", "gpt2-xl", "--cluster", "dgx-h100", "--seq-len", "2048", "--global-batch", "8", "--framework", "megatron"],
+         "seq-len=2048: exceeds gpt2-xl's learned position table (max_position_embeddings=1024"),
     ],
 )
 def test_bad_input_is_one_line(args, fragment):
