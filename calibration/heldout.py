@@ -42,11 +42,12 @@ H100_NODE = (LogSpec("h100x8_allreduce_aws-batch-p5_partial.txt"), LogSpec("h100
 # gj-aion's logs do not print the NCCL release; the thread's other runs (May-June 2025) print 2.26.2
 GJ_AION_NCCL = "2.26"
 GB200_NOT_MODELLED = (
-    "multi-node NVLink domains: a ring or tree leaves a 72-GPU rack through the NICs of the GPUs its "
-    "channels enter and leave by (NCCL's graph search: one NIC per channel), not through the rack's 72 "
-    "NICs, which the model counts as a node's network share (right for 8-GPU nodes with 8 NICs). The "
-    "1- and 2-rack runs are NVLink-bound (835-820 GB/s) and cannot measure that share; 20 racks run at "
-    "405 GB/s, the rate of 8 NICs")
+    "multi-node NVLink domains at 20 racks: NCCL 2.26's own graph search and tuning (src/graph/search.cc, "
+    "tuning.cc, a rack = one node: ncclMnnvlCheck merges the clique) give 15 channels per rack, each entering "
+    "and leaving by the same 48 GB/s NIC path (15 of the rack's 72 NICs), and pick Tree/Simple at 0.5-16 GiB "
+    "(~0.7 ms, ~660 GB/s; Ring/Simple 720 GB/s); the runs reach ~433 GB/s asymptotically (t = 5.4 ms + S/B), "
+    "29 GB/s per NIC in use, 60% of line rate. The source has no mechanism for that gap (run-time network "
+    "or transport); the 1- and 2-rack runs are NVLink-bound (835-820 GB/s) and cannot measure it")
 
 
 @dataclass(frozen=True)
