@@ -85,7 +85,7 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
     if isinstance(req.top_k, bool) or not 0 < req.top_k <= MAX_TOP_K:
         raise InputError("top", req.top_k, f"must be a positive integer at most {MAX_TOP_K}")
     if req.plan_filter is not None:  # every launcher needs the table >= seq_len: refuse now, not after 20,000 plans
-        req.model.positions_for(req.training.seq_len, req.filter_name)
+        req.model.check_positions(req.training.seq_len, req.filter_name)
     start = time.perf_counter()
     batch = _batch(req)
     if len(batch.tab) == 0:

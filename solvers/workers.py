@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from multiprocessing import get_context
@@ -33,8 +34,6 @@ def signals_held() -> Iterator[None]:
     """Inside the block SIGINT is blocked in this thread (and so in the processes it starts) and
     SIGINT/SIGTERM handlers are deferred to the block's end (main thread only: elsewhere Python
     runs no handlers)."""
-    import threading
-
     arrived: list[int] = []
     deferred = [s for s in _DEFERRED if signal.getsignal(s) is not None] if threading.current_thread() is threading.main_thread() else []
     with ExitStack() as restore:  # callbacks run last-in first-out, each even if one before it raised

@@ -116,7 +116,7 @@ class ModelSpec(StrictModel):
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
                                 "transformer layer of the last layer's kind with its own output layer")
 
-    def positions_for(self, seq_len: int, framework: str | None = None) -> None:
+    def check_positions(self, seq_len: int, framework: str | None = None) -> None:
         """A learned absolute position embedding has one trained row per position, so a launcher
         cannot run sequences longer than its table (Megatron-LM refuses max_position_embeddings <
         seq_length for it; RoPE has no table). The cost model does not depend on the table, so
