@@ -82,7 +82,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
-    out["tp"], out["tp_bwd"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
+    out["tp"], out["tp_bwd"], out["sac_tp"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
     sm_fwd, sm_bwd = _userbuffers_sm_seconds(batch, gemms, times)
     out["tp"], out["tp_bwd"] = out["tp"] + sm_fwd, out["tp_bwd"] + sm_bwd
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
@@ -154,10 +154,10 @@ def per_op_recomputed(name: str, model, dtype: str) -> float:
     return 0.0
 
 
-def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
-    backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward), partly
-    hidden with TP overlap. Transformer Engine's userbuffers overlap both passes; PyTorch's
+    backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward, and the
+    forward AllGathers per-op SAC runs again in backward), partly hidden with TP overlap. Transformer Engine's userbuffers overlap both passes; PyTorch's
     async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
     forward-pass speedup but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post
     'Introducing Async Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
@@ -188,7 +188,15 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
         on = (t.sp == 1) & (t.tp > 1)
         copies_fwd = np.where(on, pairs * batch.hbm_seconds(2 * gathered + 2 * message), 0.0)
         copies_bwd = np.where(on, pairs * batch.hbm_seconds(4 * message), 0.0)
-    return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd
+    # torchtitan's per-op SAC saves the outputs of mm, SDPA, reduce_scatter_tensor and max, not
+    # all_gather_into_tensor (torchtitan@3f20451b parallelize_llama.py _save_list): recomputing
+    # the block in backward gathers each SP input again (with its dim-1 copy) before the
+    # recomputed matmuls that read it; Inductor's async TP fuses the recomputed gather-matmul as
+    # it does the forward's (same exposed share)
+    regather = np.where(t.sp == 1, pairs * gather_fwd * (1 - hidden), 0.0)
+    if batch.stack.sequence_dim_copies:
+        regather = regather + np.where((t.sp == 1) & (t.tp > 1), pairs * batch.hbm_seconds(2 * gathered), 0.0)
+    return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd, regather
 
 
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
@@ -240,8 +248,9 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
-        # per-op SAC (torchtitan): the recomputed GEMMs and every element-wise forward kernel
-        "sac": f["sac_gemm"] + f["elem"],
+        # per-op SAC (torchtitan): the recomputed GEMMs, every element-wise forward kernel and
+        # the SP AllGathers (not in its save list)
+        "sac": f["sac_gemm"] + f["elem"] + f["sac_tp"],
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
         # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
         # reruns the router, the permutes, the dispatch and combine collectives and the experts

@@ -52,3 +52,20 @@ def test_tensorwise_fp8_gathers_one_byte_forward_only():
     assert bf16["tp"][0] - fp8["tp"][0] == pytest.approx(saved, rel=1e-9)
     assert fp8["tp_bwd"][0] == pytest.approx(bf16["tp_bwd"][0], rel=1e-12)  # bf16 gradients backward
     assert rowwise["tp"][0] == pytest.approx(bf16["tp"][0], rel=1e-12)       # rowwise gathers bf16
+
+
+def test_per_op_sac_gathers_the_sp_inputs_again():
+    # torchtitan's per-op SAC save list names mm, SDPA, reduce_scatter_tensor and max, not the
+    # AllGather (torchtitan@3f20451b parallelize_llama.py): recomputing a block in backward runs
+    # the two forward gathers of each layer again, each with its dim-1 copy (read + write 134 MB)
+    b, titan = _layer(Stack.torchtitan)
+    group = b.group("tp")
+    gather = b.collective(Collective.all_gather, MESSAGE, group)
+    assert titan["sac_tp"][0] == pytest.approx(2 * gather + 2 * b.hbm_seconds(2 * MESSAGE), rel=1e-9)
+    # a tensorwise float8 block re-gathers the 1-byte cast, as its forward did
+    _, fp8 = _layer(Stack.torchtitan, precision=Precision.fp8, fp8_recipe=Fp8Recipe.tensorwise)
+    gather8 = b.collective(Collective.all_gather, MESSAGE / 2, group)
+    assert fp8["sac_tp"][0] == pytest.approx(2 * gather8 + 2 * b.hbm_seconds(MESSAGE), rel=1e-9)
+    # half the forward's TP time: the two gathers of its four collectives of one size (NCCL's
+    # ring AllGather and ReduceScatter move the same bytes per rank; measured 0.5 at 8 x H100)
+    assert 0.4 < titan["sac_tp"][0] / titan["tp"][0] < 0.6
