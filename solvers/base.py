@@ -30,6 +30,14 @@ def objective_values(batch: Batch, step_seconds: np.ndarray, objective: Objectiv
     return step_seconds * batch.cluster.num_gpus * price / 3600 / batch.training.tokens_per_step * 1e6
 
 
+def rank_order(values: np.ndarray, memory_bytes: np.ndarray) -> np.ndarray:
+    """Indices best first: by objective, and among plans of exactly the same objective (e.g.
+    ZeRO-1 and ZeRO-2 when the gradient shards cost no time) the one with the lower peak memory
+    first, the headroom the allocator's fragmentation and a longer sequence need; then the
+    enumeration order (both sorts stable: deterministic)."""
+    return np.lexsort((memory_bytes, values))
+
+
 def feasible(batch: Batch, memory_bytes: np.ndarray) -> np.ndarray:
     """Fits in HBM; tp inside the NVLink domain (the space keeps it there unless allowed)."""
     return memory_bytes <= batch.cluster.gpu.hbm_bytes

@@ -21,7 +21,7 @@ from ortools.sat.python import cp_model
 
 from autopar.cost.context import Batch
 from autopar.cost.compose import COST_CHUNK_ROWS, step_and_memory_chunked
-from solvers.base import Objective, Ranking, feasible, objective_values
+from solvers.base import Objective, Ranking, feasible, objective_values, rank_order
 
 STEP_QUANTUM_SECONDS = 1e-6  # one integer unit of step time in the model
 SEED = 20261129
@@ -115,6 +115,6 @@ def solve(batch: Batch, objective: Objective, top_k: int, tables: Tables | None 
         model.add(var["pair"] != index)
     rows_arr = np.asarray(rows, dtype=int)
     values = objective_values(batch, tables.step_seconds[rows_arr], objective)
-    # equal quantised objectives may come back in any order: rank by the exact values
-    order = np.argsort(values, kind="stable")
+    # equal quantised objectives may come back in any order: rank by the exact values (ties on memory)
+    order = rank_order(values, tables.memory_bytes[rows_arr])
     return Ranking(rows=rows_arr[order], objective=values[order], proved_optimal=proved, **common)

@@ -51,8 +51,11 @@ def why_best(best: RankedPlan, runner_up: RankedPlan) -> list[str]:
     """Lines under the best plan's table."""
     a, b = best.estimate, runner_up.estimate
     gap = b.step_seconds - a.step_seconds
-    lines = [f"  why it beats rank 2: {gap:.3f} s per step faster ({100 * gap / b.step_seconds:.1f}%); differs in "
-             + (", ".join(plan_differences(best.plan, runner_up.plan)) or "stage layout only")]
+    differs = ", ".join(plan_differences(best.plan, runner_up.plan)) or "stage layout only"
+    if gap == 0.0:  # an exact tie ranks the lower peak memory first (solvers.base.rank_order)
+        lines = [f"  why it is above rank 2: the same step time and less memory; differs in {differs}"]
+    else:
+        lines = [f"  why it beats rank 2: {gap:.3f} s per step faster ({100 * gap / b.step_seconds:.1f}%); differs in {differs}"]
     terms = time_differences(a.time_breakdown, b.time_breakdown)
     if terms:
         lines.append("    " + "; ".join(f"{k} {x:.3f} s vs {y:.3f} s ({x - y:+.3f})" for k, x, y in terms))

@@ -143,3 +143,20 @@ def test_top_k_over_candidate_pairs_equals_the_full_model():
     reduced = cpsat.solve(batch, Objective.throughput, 12, tables)
     assert len(reduced.rows) == 12
     assert np.rint(reduced.objective / Q).astype(int).tolist() == full
+
+
+def test_exact_ties_rank_the_lower_memory_first():
+    # GPT-2 XL on 8 H100 (the first space above): plans of exactly the same step (e.g. ZeRO-1 and
+    # ZeRO-2, whose gradient shards cost no time here) come lower peak memory first, in both
+    # solvers (7 of the top 50's 21 exact ties differ in memory); distinct steps keep their order
+    batch = _batch(*SPACES[0])
+    oracle = exhaustive.solve(batch, Objective.throughput, 50)
+    step, memory = oracle.extra["all_objective"], oracle.extra["all_memory"]
+    rows = oracle.rows
+    assert np.all(np.diff(step[rows]) >= 0)
+    tied = np.flatnonzero(np.diff(step[rows]) == 0)
+    assert len(tied) > 0  # the case is exercised
+    assert np.all(memory[rows[tied + 1]] >= memory[rows[tied]])
+    assert np.any(memory[rows[tied + 1]] > memory[rows[tied]])
+    sat = cpsat.solve(batch, Objective.throughput, 20)
+    assert sat.rows.tolist() == rows[:20].tolist()
