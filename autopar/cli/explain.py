@@ -53,7 +53,8 @@ def why_best(best: RankedPlan, runner_up: RankedPlan) -> list[str]:
     gap = b.step_seconds - a.step_seconds
     differs = ", ".join(plan_differences(best.plan, runner_up.plan)) or "stage layout only"
     if gap == 0.0:  # an exact tie ranks the lower peak memory first (solvers.base.rank_order)
-        lines = [f"  why it is above rank 2: the same step time and less memory; differs in {differs}"]
+        less = " and less memory" if a.memory_bytes_per_gpu < b.memory_bytes_per_gpu else ""
+        lines = [f"  why it is above rank 2: the same step time{less}; differs in {differs}"]
     else:
         lines = [f"  why it beats rank 2: {gap:.3f} s per step faster ({100 * gap / b.step_seconds:.1f}%); differs in {differs}"]
     terms = time_differences(a.time_breakdown, b.time_breakdown)

@@ -176,6 +176,18 @@ def test_best_plan_says_why_it_beats_the_runner_up_in_numbers():
     assert f"{k} {a['time_breakdown'].get(k, 0):.3f} s vs {b['time_breakdown'].get(k, 0):.3f} s" in terms
 
 
+def test_an_exact_tie_is_explained_by_memory_not_by_a_zero_gap():
+    # GPT-2 XL on 8 H100: ZeRO-1 and ZeRO-2 cost bitwise the same step (one micro-batch per step);
+    # the lower peak memory ranks first (solvers.base.rank_order) and the line says why
+    args = ["--model", "gpt2-xl", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "1024", "--global-batch", "64", "--top", "2"]
+    plans = json.loads(run(args + ["--json"]).output)["plans"]
+    a, b = plans[0]["estimate"], plans[1]["estimate"]
+    assert a["step_seconds"] == b["step_seconds"] and a["memory_bytes_per_gpu"] < b["memory_bytes_per_gpu"]
+    out = run(args).output
+    assert "why it is above rank 2: the same step time and less memory; differs in zero=2 (vs 1)" in out
+    assert "0.000 s per step faster" not in out
+
+
 def test_memory_is_shown_against_the_hbm_limit():
     r = run(SMALL16 + ["--top", "1"])
     assert "mem/80.0 GB" in r.output.splitlines()[1]
