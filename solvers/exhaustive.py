@@ -23,4 +23,4 @@ def solve(batch: Batch, objective: Objective, top_k: int, progress: Callable[[in
     return Ranking(rows=order[:top_k], objective=values[order[:top_k]], num_evaluated=n, num_feasible=int(ok.sum()),
                    proved_optimal=True, solver="exhaustive", min_memory_row=best_mem,
                    min_memory_bytes=float(memory[best_mem]) if best_mem is not None else None,
-                   extra={"all_objective": values, "all_feasible": ok, "all_memory": memory})
+                   extra={"all_objective": values, "all_feasible": ok, "all_order": order})

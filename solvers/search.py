@@ -25,7 +25,7 @@ from autopar.specs.plan import Plan
 from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
 from solvers import cpsat, exhaustive
-from solvers.base import Objective, Ranking, rank_order
+from solvers.base import Objective, Ranking
 from solvers.stage_search import PerStageOptions, per_stage_plans
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
@@ -134,9 +134,8 @@ def _ranked_chunks(req: SearchRequest, batch: Batch, ranking: Ranking) -> Iterat
     """Feasible rows of the space in rank order, a chunk at a time. The exhaustive solver's
     full order is known; CP-SAT is asked for more plans (4x each time) when the first ones run out."""
     extra = ranking.extra
-    if "all_objective" in extra:
-        values, ok, memory = extra["all_objective"], extra["all_feasible"], extra["all_memory"]
-        order = np.flatnonzero(ok)[rank_order(values[ok], memory[ok])]
+    if "all_order" in extra:
+        order = extra["all_order"]
         for i in range(0, len(order), CHUNK_ROWS):
             yield order[i:i + CHUNK_ROWS]
         return

@@ -157,8 +157,8 @@ def per_op_recomputed(name: str, model, dtype: str) -> float:
 def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
     backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward, and the
-    forward AllGathers per-op SAC runs again in backward), partly hidden with TP overlap. Transformer Engine's userbuffers overlap both passes; PyTorch's
-    async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
+    forward AllGathers per-op SAC runs again in backward), partly hidden with TP overlap.
+    Transformer Engine's userbuffers overlap both passes; PyTorch's async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
     forward-pass speedup but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post
     'Introducing Async Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
     t, prm, tr = batch.tab, batch.params, batch.training
@@ -183,19 +183,18 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     # a stack whose SP shards dim 1 of [b, s, h] copies the whole gathered tensor after each
     # AllGather and the whole input before each ReduceScatter (read + write, StackSpec
     # sequence_dim_copies): memory work on the compute stream, not hidden by overlap
-    copies_fwd = copies_bwd = 0.0
+    gather_copies = copies_fwd = copies_bwd = 0.0
     if batch.stack.sequence_dim_copies:
         on = (t.sp == 1) & (t.tp > 1)
-        copies_fwd = np.where(on, pairs * batch.hbm_seconds(2 * gathered + 2 * message), 0.0)
+        gather_copies = np.where(on, pairs * batch.hbm_seconds(2 * gathered), 0.0)
+        copies_fwd = gather_copies + np.where(on, pairs * batch.hbm_seconds(2 * message), 0.0)
         copies_bwd = np.where(on, pairs * batch.hbm_seconds(4 * message), 0.0)
     # torchtitan's per-op SAC saves the outputs of mm, SDPA, reduce_scatter_tensor and max, not
     # all_gather_into_tensor (torchtitan@3f20451b parallelize_llama.py _save_list): recomputing
     # the block in backward gathers each SP input again (with its dim-1 copy) before the
     # recomputed matmuls that read it; Inductor's async TP fuses the recomputed gather-matmul as
     # it does the forward's (same exposed share)
-    regather = np.where(t.sp == 1, pairs * gather_fwd * (1 - hidden), 0.0)
-    if batch.stack.sequence_dim_copies:
-        regather = regather + np.where((t.sp == 1) & (t.tp > 1), pairs * batch.hbm_seconds(2 * gathered), 0.0)
+    regather = np.where(t.sp == 1, pairs * gather_fwd * (1 - hidden), 0.0) + gather_copies
     return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd, regather
 
 

@@ -151,8 +151,9 @@ def test_exact_ties_rank_the_lower_memory_first():
     # solvers (7 of the top 50's 21 exact ties differ in memory); distinct steps keep their order
     batch = _batch(*SPACES[0])
     oracle = exhaustive.solve(batch, Objective.throughput, 50)
-    step, memory = oracle.extra["all_objective"], oracle.extra["all_memory"]
+    step, memory = oracle.extra["all_objective"], cpsat.build_tables(batch).memory_bytes
     rows = oracle.rows
+    assert rows.tolist() == oracle.extra["all_order"][:50].tolist()  # the order the search walks
     assert np.all(np.diff(step[rows]) >= 0)
     tied = np.flatnonzero(np.diff(step[rows]) == 0)
     assert len(tied) > 0  # the case is exercised
