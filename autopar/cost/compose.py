@@ -22,10 +22,11 @@ ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
 
 
 def _vpp_composes(batch: Batch) -> bool:
-    """vpp leaves every rank's costs alone when all layers are alike; with a dense prefix or
-    interleaved MoE layers the chunks a rank holds (and so its mix of kinds) change with vpp."""
+    """vpp leaves every rank's costs alone when all layers are alike; with a dense prefix,
+    interleaved MoE layers or interleaved local/global attention the chunks a rank holds (and so
+    its mix of kinds) change with vpp."""
     m = batch.model
-    return len({m.is_moe_layer(i) for i in range(m.num_layers)}) == 1
+    return len({m.layer_kind(i) for i in range(m.num_layers)}) == 1
 
 
 def core_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray]:

@@ -97,14 +97,15 @@ def active_params_per_token(model: ModelSpec) -> float:
     return total + embedding_params(model)  # logits GEMM
 
 
-def attention_core_flops_per_token(model: ModelSpec, kv_len: float, causal: bool) -> float:
-    """Scores (Q K^T) and values (P V) forward FLOPs of one layer per query token."""
+def attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: int, causal: bool) -> float:
+    """Scores (Q K^T) and values (P V) forward FLOPs of layer `index` per query token, over the
+    keys the layer's span lets a query see (ModelSpec.attention_keys_per_query)."""
     a = model.num_attention_heads
     if model.mla is not None:
         per_key = 2 * a * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
     else:
         per_key = 4 * a * model.head_size
-    return per_key * kv_len * (0.5 if causal else 1.0)
+    return per_key * model.attention_keys_per_query(index, seq_len, causal)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, frozen_weights: bool = False) -> float:
@@ -114,8 +115,9 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, 
     Convention: attention counted non-causal (causal=False), as in Narayanan et al. 2021 and
     Megatron-LM's reported model TFLOP/s, so MFU is comparable with published figures.
     """
-    layers = model.num_layers + model.mtp_num_layers
-    forward = 2 * active_params_per_token(model) + layers * attention_core_flops_per_token(model, seq_len, causal)
+    # MTP modules (index >= num_layers) attend like the last layer
+    layers = range(model.num_layers + model.mtp_num_layers)
+    forward = 2 * active_params_per_token(model) + sum(attention_core_flops_per_token(model, i, seq_len, causal) for i in layers)
     return (2 if frozen_weights else 3) * forward
 
 

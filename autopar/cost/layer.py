@@ -1,6 +1,6 @@
 """Per-layer, per-micro-batch times of one GPU (docs/design.md 'Compute time', 'Per-strategy
-traffic'), one value per plan of a Batch. A layer is either dense or MoE; every layer of a
-kind costs the same."""
+traffic'), one value per plan of a Batch. A layer is dense or MoE, with global or local
+attention (ModelSpec.layer_kind); every layer of a kind costs the same."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         cast_fwd = sum((fw.input * g.m * g.k + fw.weight * g.k * g.n + fw.grad_output * g.m * g.n) * g.count for g in gemms)
         cast_bwd = sum(((rw.input - fw.input) * g.m * g.k + (rw.weight - fw.weight) * g.k * g.n
                         + (rw.grad_output - fw.grad_output) * g.m * g.n + rescale * (g.m * g.k + g.k * g.n)) * g.count for g in gemms)
-    out["attn_flops"] = attention_core_flops_per_token(m, tr.seq_len, causal=tr.flash_attention) * T / t.tp
+    out["attn_flops"] = attention_core_flops_per_token(m, index, tr.seq_len, causal=tr.flash_attention) * T / t.tp
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
-    out["attn_flops_counted"] = attention_core_flops_per_token(m, tr.seq_len, causal=False) * T / t.tp
+    out["attn_flops_counted"] = attention_core_flops_per_token(m, index, tr.seq_len, causal=False) * T / t.tp
     if tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
         peak = batch.cluster.gpu.peak_flops_per_second("bf16")
         e_fwd, e_bwd = prm.attention.efficiency(batch.stack.kernel(batch.cluster.gpu.architecture), batch.cluster.gpu.architecture)

@@ -65,23 +65,25 @@ class StepResult:
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
-    """A representative layer index of each kind present: dense first, then MoE."""
+    """A representative layer index of each kind present (ModelSpec.layer_kind: dense or MoE,
+    global or local attention), in order of first appearance."""
     m = batch.model
-    dense = next((i for i in range(m.num_layers) if not m.is_moe_layer(i)), None)
-    moe = next((i for i in range(m.num_layers) if m.is_moe_layer(i)), None)
-    return [i for i in (dense, moe) if i is not None]
+    first: dict[tuple[bool, bool], int] = {}
+    for i in range(m.num_layers):
+        first.setdefault(m.layer_kind(i), i)
+    return list(first.values())
 
 
 def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -> np.ndarray:
     """(kinds x ranks) layer counts of a pipeline layout; an MTP module counts as one more
     layer of the last layer's kind (its transformer block; its output layer is added apart)."""
     m = batch.model
+    slot = {m.layer_kind(i): j for j, i in enumerate(kinds)}
     counts = np.zeros((len(kinds), layout.pp))
-    moe_slot = len(kinds) - 1  # kinds are [dense, moe], [dense] or [moe]
     for r, indices in enumerate(layout.rank_layer_indices()):
         for i in indices:
-            counts[moe_slot if m.is_moe_layer(i) else 0, r] += 1
-    counts[moe_slot if m.is_moe_layer(m.num_layers - 1) else 0] += np.asarray(layout.rank_mtp(), dtype=float)
+            counts[slot[m.layer_kind(i)], r] += 1
+    counts[slot[m.layer_kind(m.num_layers - 1)]] += np.asarray(layout.rank_mtp(), dtype=float)
     return counts
 
 

@@ -228,6 +228,10 @@ def check_megatron(job: EmitJob) -> Rules:
                 f"fp8_recipe={t.fp8_scaling.value}: Transformer Engine has no per-row FP8 scaling "
                 "(--fp8-recipe tensorwise|delayed|mxfp8|blockwise); that recipe is torchao's (torchtitan)",
                 "megatron/training/arguments.py --fp8-recipe")
+    rules.check(not job.model.attention_chunked, "local attention is a sliding window (--window-size)",
+                f"{job.model.name} attends within {job.model.attention_window}-token chunks (Llama-4 chunked attention); "
+                "Megatron-LM's --window-size / --window-attn-skip-freq describe sliding windows only",
+                "megatron/training/arguments.py --window-size")
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",

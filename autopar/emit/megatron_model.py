@@ -87,13 +87,31 @@ def model_flags(job: EmitJob) -> list[Group]:
         out.append(["--attention-backend", "unfused"])
     if m.mtp_num_layers:
         out.append(["--mtp-num-layers", str(m.mtp_num_layers)])
+    if m.attention_window is not None and not m.attention_chunked:
+        # sliding window (left W, right 0: causal); without global layers every layer slides
+        out.append(["--window-size", f"{m.attention_window},0"])
+        if m.global_attention_layers:
+            out.append(["--window-attn-skip-freq", window_attn_skip_freq(m)])
     return out
+
+
+def window_attn_skip_freq(m: ModelSpec) -> str:
+    """Megatron-LM --window-attn-skip-freq: N when every N-th layer is global ((N-1) sliding
+    layers, then one full), else the per-layer list (1 = sliding, 0 = full)."""
+    pattern = [int(m.is_local_attention_layer(i)) for i in range(m.num_layers)]
+    every = next((n for n in range(2, m.num_layers + 1) if pattern == [int((i + 1) % n != 0) for i in range(m.num_layers)]), None)
+    return str(every) if every else _runs(pattern)
 
 
 def moe_layer_freq(m: ModelSpec) -> str:
     pattern = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
     if pattern == [int(i % m.moe_layer_freq == 0) for i in range(m.num_layers)]:
         return str(m.moe_layer_freq)
+    return _runs(pattern)
+
+
+def _runs(pattern: list[int]) -> str:
+    """A per-layer 0/1 pattern as the Python list expression Megatron-LM evaluates: ([1]*3+[0]*1)."""
     runs: list[list[int]] = []
     for f in pattern:
         if runs and runs[-1][0] == f:

@@ -5,7 +5,9 @@ gpt2}/configuration_*.py; Megatron-Bridge's HF->Megatron mappings for the routin
 Handled: Llama/Mistral/Qwen2/Qwen3 (dense), Mixtral, Qwen2-MoE/Qwen3-MoE (decoder_sparse_step,
 mlp_only_layers, shared expert gate), DeepSeek-V2/V3 (MLA, group-limited sigmoid routing with
 expert bias, first-k dense, MTP), Llama-4 (nested text_config, interleaved MoE, shared expert),
-GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied).
+GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied); local
+attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llama-4 chunks:
+gpt-oss, Gemma-2/3). Hybrid linear-attention / state-space models are refused by name.
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ from autopar.errors import InputError
 GPT2_KEYS = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads",
              "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps"}
 GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
+# families whose MLP is gated (gate, up and down projections) whatever the activation: Gemma's
+# GeGLU runs gelu_pytorch_tanh (transformers GemmaMLP / Gemma2MLP / Gemma3MLP)
+GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "gpt_oss", "glm", "olmo", "phi3", "granite")
+# layer kinds of transformers' config.layer_types that autopar costs
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+# configs of hybrid models whose non-attention layers (linear attention, state-space) autopar
+# has no cost for: a key that describes those layers, or the model type
+HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "linear_num_value_heads", "mamba_d_state")
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -96,6 +106,59 @@ def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
     return out
 
 
+def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, name: str) -> dict[str, Any]:
+    """Local attention: which layers attend within a sliding window or a chunk, and its span.
+    transformers' layer_types names each layer's kind; older configs imply it: Mistral's
+    sliding_window covers every layer, Qwen2/3 only with use_sliding_window and from layer
+    max_window_layers on, Gemma-2 every even layer, Gemma-3 all but every sliding_window_pattern-th
+    (6), Llama-4 the RoPE layers of no_rope_layers (1 = RoPE and chunked, 0 = NoPE and global)."""
+    hybrid = [k for k in HYBRID_KEYS if k in cfg]
+    types = cfg.get("layer_types")
+    other = sorted({str(t) for t in types if t not in ATTENTION_LAYER_TYPES}) if isinstance(types, list) else []
+    if hybrid or other:
+        what = f"layer_types {other}" if other else f"key {hybrid[0]}"
+        raise InputError(f"{field}.layer_types", name, f"hybrid model ({what}): autopar costs softmax attention layers (full, "
+                         "sliding-window, chunked) and MLP/MoE blocks, not linear-attention or state-space layers "
+                         "(GatedDeltaNet, Mamba)")
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise InputError(f"{field}.layer_types", len(types), f"must name one kind per layer (num_hidden_layers={layers})")
+        kinds = {t for t in types if t != "full_attention"}
+        if not kinds:
+            return {}
+        if len(kinds) > 1:
+            raise InputError(f"{field}.layer_types", sorted(kinds), "one local kind per model: sliding and chunked layers together are not modelled")
+        chunked = kinds == {"chunked_attention"}
+        span = cfg.get("attention_chunk_size") if chunked else cfg.get("sliding_window")
+        if not span:
+            key = "attention_chunk_size" if chunked else "sliding_window"
+            raise InputError(f"{field}.{key}", span, f"layer_types names {kinds.pop()} layers, so the span is required")
+        return {"attention_window": span, "attention_chunked": chunked,
+                "global_attention_layers": tuple(i for i, t in enumerate(types) if t == "full_attention")}
+    if "llama4" in mtype and cfg.get("attention_chunk_size"):
+        rope = cfg.get("no_rope_layers")
+        if not isinstance(rope, list) or len(rope) != layers:
+            every = cfg.get("no_rope_layer_interval") or 4
+            rope = [int((i + 1) % every != 0) for i in range(layers)]
+        return {"attention_window": cfg["attention_chunk_size"], "attention_chunked": True,
+                "global_attention_layers": tuple(i for i, r in enumerate(rope) if not r)}
+    window = cfg.get("sliding_window")
+    if not window or ("qwen" in mtype and not cfg.get("use_sliding_window")):
+        return {}
+    if "qwen" in mtype:
+        full = range(min(cfg.get("max_window_layers") or 0, layers))
+    elif "gemma3" in mtype:
+        every = cfg.get("sliding_window_pattern") or 6
+        full = [i for i in range(layers) if (i + 1) % every == 0]
+    elif "gemma2" in mtype:
+        full = range(1, layers, 2)
+    else:
+        full = []
+    if len(full) == layers:
+        return {}
+    return {"attention_window": window, "global_attention_layers": tuple(full)}
+
+
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
     """ModelSpec fields from a HuggingFace config.json mapping."""
     cfg = _flatten(cfg)
@@ -113,7 +176,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "num_kv_heads": cfg.get("num_key_value_heads") or heads,
         "head_dim": cfg.get("head_dim"),
         "ffn_hidden_size": dense_ffn,
-        "gated_mlp": act in GATED_ACTIVATIONS or any(f in mtype for f in ("llama", "mistral", "mixtral", "qwen", "deepseek")),
+        "gated_mlp": act in GATED_ACTIVATIONS or any(f in mtype for f in GATED_FAMILIES),
         "activation": act,
         "vocab_size": _get(cfg, "vocab_size", field, name),
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
@@ -129,6 +192,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
     if not gpt2:
         fields.update(_rope(cfg))
     fields.update(_moe_fields(cfg, mtype))
+    fields.update(_attention_span(cfg, mtype, layers, field, name))
     if "kv_lora_rank" in cfg:  # DeepSeek MLA
         fields["mla"] = {
             "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],

@@ -115,6 +115,14 @@ class ModelSpec(StrictModel):
     rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (Llama-3.1 llama3, DeepSeek yarn); null = none")
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
                                 "transformer layer of the last layer's kind with its own output layer")
+    attention_window: int | None = Field(None, gt=0, le=MAX_SEQ_LEN, description="Span of the local attention layers, tokens: a sliding "
+                                         "window (a query sees its last W keys: Mistral-7B v0.1, Gemma-2/3, gpt-oss) or, with "
+                                         "attention_chunked, a chunk (a query sees the keys of its own chunk: Llama-4); null = "
+                                         "every layer attends to the whole sequence")
+    attention_chunked: bool = Field(False, description="The local span is a fixed chunk (Llama-4 attention_chunk_size), not a sliding window")
+    global_attention_layers: tuple[int, ...] = Field((), description="0-based layers that attend to the whole sequence when "
+                                                     "attention_window is set (gpt-oss full_attention layers, Gemma-3 every 6th, "
+                                                     "Llama-4 NoPE layers); empty = every layer local")
 
     def check_positions(self, seq_len: int, framework: str | None = None) -> None:
         """A learned absolute position embedding has one trained row per position, so a launcher
@@ -140,6 +148,11 @@ class ModelSpec(StrictModel):
                 raise ValueError("moe_ffn_hidden_size is required when num_experts > 0")
             if self.moe_first_k_dense_layers > self.num_layers:
                 raise ValueError(f"moe_first_k_dense_layers={self.moe_first_k_dense_layers} exceeds num_layers={self.num_layers}")
+        if self.attention_window is None and (self.global_attention_layers or self.attention_chunked):
+            raise ValueError("global_attention_layers and attention_chunked need attention_window (the local layers' span)")
+        outside = [i for i in self.global_attention_layers if not 0 <= i < self.num_layers]
+        if outside:
+            raise ValueError(f"global_attention_layers={outside} must be layer indices in 0..{self.num_layers - 1}")
         return self
 
     # ---- derived shape -------------------------------------------------------------
@@ -160,6 +173,31 @@ class ModelSpec(StrictModel):
         if not self.is_moe or index < self.moe_first_k_dense_layers or index in self.moe_dense_layers:
             return False
         return (index - self.moe_first_k_dense_layers) % self.moe_layer_freq == 0
+
+    def is_local_attention_layer(self, index: int) -> bool:
+        """Layer `index` attends within attention_window only (an MTP module, index >= num_layers,
+        is of the last layer's kind)."""
+        index = min(index, self.num_layers - 1)
+        return self.attention_window is not None and index not in self.global_attention_layers
+
+    def attention_keys_per_query(self, index: int, seq_len: int, causal: bool) -> float:
+        """Mean keys a query of layer `index` scores in a sequence of s tokens. Global layers:
+        s, or s / 2 under a causal mask (the flash kernels skip the masked half). A sliding
+        window W < s: W counted as model FLOPs (the keys a query may see, the non-causal
+        convention); under the causal mask query i sees min(i, W) keys, mean W - W^2 / 2s. A
+        chunk C < s: C counted, C / 2 causal (a causal mask within each chunk)."""
+        s = float(seq_len)
+        if not self.is_local_attention_layer(index) or self.attention_window >= seq_len:
+            return s * (0.5 if causal else 1.0)
+        w = float(self.attention_window)
+        if not causal:
+            return w
+        return 0.5 * w if self.attention_chunked else w - w * w / (2.0 * s)
+
+    def layer_kind(self, index: int) -> tuple[bool, bool]:
+        """What sets a layer's costs apart: (routed experts, local attention)."""
+        index = min(index, self.num_layers - 1)
+        return self.is_moe_layer(index), self.is_local_attention_layer(index)
 
     @property
     def num_moe_layers(self) -> int:

@@ -172,3 +172,33 @@ def test_emitted_argv_is_valid_for_every_golden_case():
                 emit_megatron(job)
             continue
         emit_megatron(job)  # would raise RuleViolation
+
+
+def _hf_model(tmp_path, name, **cfg):
+    import json
+    base = {"hidden_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 8,
+            "intermediate_size": 8192, "vocab_size": 32000, "rope_theta": 10000.0}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({**base, **cfg}))
+    return str(path)
+
+
+def test_sliding_window_flags(tmp_path):
+    # gpt-oss pattern: sliding, full, sliding, ... = one full layer after each sliding one (N = 2)
+    oss = _hf_model(tmp_path, "oss", model_type="gpt_oss", sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 6)
+    text = script_of(make_job(oss, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+    assert "--window-size 128,0" in text and "--window-attn-skip-freq 2" in text
+    # Mistral-7B v0.1: every layer slides, no skip pattern
+    mistral = _hf_model(tmp_path, "mistral", model_type="mistral", sliding_window=4096)
+    text = script_of(make_job(mistral, "dgx-h100", 16, 8192, 64, "tp=2,zero=1"))
+    assert "--window-size 4096,0" in text and "--window-attn-skip-freq" not in text
+    # Qwen2 with use_sliding_window: the first max_window_layers (4) global, the rest slide
+    qwen = _hf_model(tmp_path, "qwen", model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=4)
+    text = script_of(make_job(qwen, "dgx-h100", 16, 8192, 64, "tp=2,zero=1"))
+    assert "--window-attn-skip-freq '([0]*4+[1]*8)'" in text
+
+
+def test_chunked_attention_is_refused_by_name(tmp_path):
+    scout = _hf_model(tmp_path, "scout", model_type="llama4_text", attention_chunk_size=8192)
+    with pytest.raises(RuleViolation, match="local attention is a sliding window"):
+        emit_megatron(make_job(scout, "dgx-h100", 16, 8192, 64, "tp=2,zero=1"))

@@ -87,3 +87,47 @@ def test_missing_required_key_names_it(tmp_path):
     with pytest.raises(InputError) as err:
         load_model(str(_write(tmp_path, cfg)))
     assert err.value.field == "model.vocab_size"
+
+
+# openai/gpt-oss-120b config.json (abridged to the fields the importer reads): 36 layers
+# alternating sliding (window 128) and full attention, layer 0 sliding
+GPT_OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+                "num_experts_per_tok": 4, "vocab_size": 201088, "hidden_act": "silu", "attention_bias": True,
+                "sliding_window": 128, "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 150000,
+                "layer_types": ["sliding_attention", "full_attention"] * 18}
+
+
+def test_gpt_oss_sliding_layers(tmp_path):
+    m = load_model(str(_write(tmp_path, GPT_OSS_120B, "gpt-oss-120b")))
+    assert (m.attention_window, m.attention_chunked, m.global_attention_layers) == (128, False, tuple(range(1, 36, 2)))
+    assert (m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size, m.gated_mlp, m.qkv_bias) == (128, 4, 2880, True, True)
+    # OpenAI's model card: 116.83B parameters (ours leaves out biases and attention sinks)
+    assert total_params_billion(m) == pytest.approx(116.83, rel=0.01)
+
+
+def test_window_patterns_of_configs_without_layer_types(tmp_path):
+    base = {"hidden_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 32000}
+    # Mistral-7B v0.1: every layer slides (sliding_window 4096)
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "mistral", "sliding_window": 4096}, "mistral")))
+    assert (m.attention_window, m.global_attention_layers) == (4096, ())
+    # Gemma-2: even layers slide (transformers Gemma2: sliding iff (i + 1) % 2); GeGLU is gated
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "gemma2", "sliding_window": 4096, "hidden_act": "gelu_pytorch_tanh"}, "gemma2")))
+    assert (m.global_attention_layers, m.gated_mlp) == (tuple(range(1, 12, 2)), True)
+    # Gemma-3: every 6th layer global (sliding_window_pattern 6)
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 6}, "gemma3")))
+    assert (m.attention_window, m.global_attention_layers) == (1024, (5, 11))
+    # Qwen2 ships sliding_window but only use_sliding_window turns it on
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "qwen2", "sliding_window": 32768, "use_sliding_window": False}, "qwen2")))
+    assert m.attention_window is None
+    # Llama-4: RoPE layers attend within 8192-token chunks, every 4th (NoPE) layer globally
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "llama4_text", "attention_chunk_size": 8192, "no_rope_layers": []}, "llama4")))
+    assert (m.attention_window, m.attention_chunked, m.global_attention_layers) == (8192, True, (3, 7, 11))
+
+
+def test_hybrid_linear_attention_is_refused_by_name(tmp_path):
+    # Qwen/Qwen3-Next-80B-A3B: three GatedDeltaNet layers per full-attention layer
+    cfg = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+           "intermediate_size": 5120, "vocab_size": 151936, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    with pytest.raises(InputError, match=r"layer_types.*linear_attention.*GatedDeltaNet"):
+        load_model(str(_write(tmp_path, cfg, "qwen3-next")))
