@@ -41,6 +41,7 @@ class RowResult(BaseModel):
     predicted_memory_gb: float | None = None
     measured_memory_gb: float | None = None
     feasible: bool | None = None
+    gpu_memory_gb: float | None = Field(None, description="The row's GPU HBM, GB")
     resolved: dict[str, str] = Field(default_factory=dict, description="Choices the row does not publish, resolved to the fastest that fits")
     unused: list[str] = Field(default_factory=list, description="Columns with a value the prediction does not read")
     not_modelled: str | None = Field(None, description="A physical fact of the run the model does not take")
@@ -181,5 +182,5 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         "plan": est.plan, "metric": metric, "measured_tokens_per_second_per_gpu": value,
         "predicted_tokens_per_second_per_gpu": pred, "error": (pred - value) / value,
         "predicted_mfu": est.mfu, "predicted_memory_gb": est.memory_bytes_per_gpu / 1e9, "feasible": est.feasible,
-        "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": resolved,
+        "gpu_memory_gb": inputs.cluster.gpu.hbm_gb, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": resolved,
     })

@@ -77,6 +77,10 @@ def summarize(results: list[RowResult], raw: list[dict[str, Any]] | None = None)
         "num_skipped": len(results) - len(done),
         "not_modelled": [{"id": r.id, "reason": r.not_modelled, "error": r.error} for r in done if r.not_modelled],
         "num_resolved": sum(1 for r in done if r.resolved),
+        # the run ran, yet the model puts its stated layout above the GPU's memory: the row's
+        # layout (a batch or recompute as published) or the memory model is off
+        "over_memory": [{"id": r.id, "predicted_memory_gb": r.predicted_memory_gb, "gpu_memory_gb": r.gpu_memory_gb}
+                        for r in done if r.feasible is False],
         "defaults": DEFAULTS_DOC,
     }
     if raw is not None:
@@ -105,6 +109,9 @@ def render(report: dict[str, Any]) -> str:
                      f"{s['num_skipped']} skipped); all rows {100 * s['all_rows_mape']:.1f}%")
     for nm in s["not_modelled"]:
         lines.append(f"  not modelled: {nm['id']}: {nm['reason']}")
+    for om in s.get("over_memory", []):
+        lines.append(f"  over memory: {om['id']} ran, but the model puts its layout at {om['predicted_memory_gb']:.1f} GB per GPU "
+                     f"(HBM {om['gpu_memory_gb']:.0f} GB): the published layout or the memory model is off")
     ra = s.get("rank_agreement")
     if ra and ra["pooled"]["pairs"]:
         p = ra["pooled"]

@@ -146,3 +146,14 @@ def test_unpublished_recompute_layers_are_whole_per_model_chunk():
     row = next(r for r in json.loads(DEV_RUNS.read_text()) if r["id"] == "nemo_perf_summary_24.07-004")
     counts = [fields["recompute_num_layers"] for fields, _ in _candidates(row_inputs(row)) if "recompute_num_layers" in fields]
     assert counts == [6]
+
+
+def test_rows_above_memory_are_reported(report):
+    # LLM Foundry's MPT rows (MPT-3B at mbs 3 x 8192 tokens, MPT-760M at mbs 48 x 1024, no
+    # recompute) ran on 80 GB A100s; the model puts them at 81-84 GB: listed with the GPU's HBM
+    # and still predicted (never dropped)
+    over = {o["id"]: o for o in report["summary"]["over_memory"]}
+    rows = {r["id"]: r for r in report["rows"]}
+    assert set(over) == {r["id"] for r in report["rows"] if r["feasible"] is False}
+    assert over and all(o["predicted_memory_gb"] > o["gpu_memory_gb"] for o in over.values())
+    assert all(rows[i]["error"] is not None for i in over)
