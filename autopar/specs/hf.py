@@ -24,8 +24,8 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
 GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "gpt_oss", "glm", "olmo", "phi3", "granite")
 # layer kinds of transformers' config.layer_types that autopar costs
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-# configs of hybrid models whose non-attention layers (linear attention, state-space) autopar
-# has no cost for: a key that describes those layers, or the model type
+# keys that describe the non-attention layers of hybrid models (Nemotron-H, Jamba, MiniMax,
+# Qwen3-Next, Mamba mixers): linear-attention and state-space layers autopar has no cost for
 HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "linear_num_value_heads", "mamba_d_state")
 
 
@@ -116,8 +116,8 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
     types = cfg.get("layer_types")
     other = sorted({str(t) for t in types if t not in ATTENTION_LAYER_TYPES}) if isinstance(types, list) else []
     if hybrid or other:
-        what = f"layer_types {other}" if other else f"key {hybrid[0]}"
-        raise InputError(f"{field}.layer_types", name, f"hybrid model ({what}): autopar costs softmax attention layers (full, "
+        key, what = ("layer_types", f"layer_types {other}") if other else (hybrid[0], f"key {hybrid[0]}")
+        raise InputError(f"{field}.{key}", name, f"hybrid model ({what}): autopar costs softmax attention layers (full, "
                          "sliding-window, chunked) and MLP/MoE blocks, not linear-attention or state-space layers "
                          "(GatedDeltaNet, Mamba)")
     if isinstance(types, list) and types:

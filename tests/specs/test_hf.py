@@ -131,3 +131,8 @@ def test_hybrid_linear_attention_is_refused_by_name(tmp_path):
            "intermediate_size": 5120, "vocab_size": 151936, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
     with pytest.raises(InputError, match=r"layer_types.*linear_attention.*GatedDeltaNet"):
         load_model(str(_write(tmp_path, cfg, "qwen3-next")))
+    # Nemotron-H names its Mamba layers in hybrid_override_pattern
+    nemotron_h = {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,
+                  "intermediate_size": 21504, "vocab_size": 131072, "hybrid_override_pattern": "M-M*"}
+    with pytest.raises(InputError, match=r"hybrid_override_pattern.*state-space"):
+        load_model(str(_write(tmp_path, nemotron_h, "nemotron-h")))
