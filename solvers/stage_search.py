@@ -43,14 +43,14 @@ def candidate_rows(batch: Batch, ranking: Ranking, max_cores: int, pinned_recomp
     order or CP variants that leave every term unchanged) are not taken again."""
     extra = ranking.extra
     if "all_objective" in extra:  # the oracle ranked every plan
-        values, ok = extra["all_objective"], extra["all_feasible"]
+        values, ok, ranked = extra["all_objective"], extra["all_feasible"], extra["all_order"]
     else:
         values = np.full(len(batch.tab), np.inf)
         values[ranking.rows] = ranking.objective
-        ok = np.isfinite(values)
+        ok, ranked = np.isfinite(values), ranking.rows
     tab = batch.tab
-    fits = np.flatnonzero(ok & (tab.pp > 1))
-    fits = fits[np.argsort(values[fits], kind="stable")]
+    # the fitting rows in the solver's rank order (solvers.base.rank_order), not sorted again
+    fits = ranked[tab.pp[ranked] > 1]
     best = values[fits[0]] if len(fits) else np.inf
     blocked = np.flatnonzero(~ok & (tab.pp > 1) & (values < best))
     blocked = blocked[np.argsort(values[blocked], kind="stable")]

@@ -158,9 +158,10 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
     backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward, and the
     forward AllGathers per-op SAC runs again in backward), partly hidden with TP overlap.
-    Transformer Engine's userbuffers overlap both passes; PyTorch's async TP (Inductor micro-pipeline TP) shows its gain in the forward only: up to 29% / 20%
-    forward-pass speedup but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post
-    'Introducing Async Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
+    Transformer Engine's userbuffers overlap both passes; PyTorch's async TP (Inductor
+    micro-pipeline TP) shows its gain in the forward only: up to 29% / 20% forward-pass speedup
+    but ~8% end to end on Llama3 7B / 70B (the PyTorch dev-discuss post 'Introducing Async
+    Tensor Parallelism in PyTorch', 2024), the forward's share of the step."""
     t, prm, tr = batch.tab, batch.params, batch.training
     message = activation_message_bytes(batch.tokens, batch.model.hidden_size, tr.activation_bytes)
     group = batch.group("tp")
