@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autopar.specs.estimate import Estimate
+from autopar.specs.hardware import gb_gib
 
 
 def _gb(x: float) -> str:
@@ -40,7 +41,7 @@ def estimate_table(e: Estimate, title: str = "") -> str:
     for key, value in e.memory_breakdown.items():
         if value:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
-    lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {_gb(e.memory_capacity_bytes).strip()}")
+    lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {gb_gib(e.memory_capacity_bytes)}")
     return "\n".join(lines)
 
 

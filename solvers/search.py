@@ -19,7 +19,7 @@ from autopar.limits import MAX_TOP_K
 from autopar.space import SpaceOptions, candidate_space, enumerate_space
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.estimate import Estimate
-from autopar.specs.hardware import ClusterSpec
+from autopar.specs.hardware import ClusterSpec, gb_gib
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
@@ -231,7 +231,7 @@ def explain_infeasible(req: SearchRequest, batch: Batch, ranking: Ranking) -> st
     row = ranking.min_memory_row
     need, hbm = ranking.min_memory_bytes or 0.0, batch.cluster.gpu.hbm_bytes
     plan: Plan = batch.tab.plan(row)
-    msg = f"no plan fits: smallest memory need is {need / 1e9:.1f} GB per GPU at {plan.text()}; HBM is {hbm / 1e9:.0f} GB"
+    msg = f"no plan fits: smallest memory need is {need / 1e9:.1f} GB per GPU at {plan.text()}; HBM is {gb_gib(hbm)}"
     return msg + "; " + _nearest_fix(req)
 
 

@@ -62,6 +62,7 @@ def _fmt_gb(x: float) -> str:
 
 def _table(output, references: list[str]) -> str:
     from autopar.cli.explain import variant_hint, why_best
+    from autopar.specs.hardware import gb_gib
 
     res = output.results
     hbm = res.inputs.cluster.gpu.hbm_bytes
@@ -86,7 +87,7 @@ def _table(output, references: list[str]) -> str:
         lines += ["", f"best plan: {best.plan}"]
         top = sorted(((v, k) for k, v in best.time_breakdown.items() if v), reverse=True)[:4]
         lines.append("  where the step goes: " + ", ".join(f"{k} {100 * v / best.step_seconds:.0f}%" for v, k in top))
-        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} of {_fmt_gb(hbm)} GB HBM per GPU "
+        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {gb_gib(hbm)} HBM per GPU "
                      f"({100 * best.memory_bytes_per_gpu / hbm:.0f}%)")
         if best.validated is not None:
             from autopar.report import trust_line

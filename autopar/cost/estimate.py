@@ -10,7 +10,7 @@ from autopar.cost.table import PlanTable
 from autopar.errors import InputError
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.estimate import Bottleneck, Estimate, StageEstimate
-from autopar.specs.hardware import ClusterSpec
+from autopar.specs.hardware import ClusterSpec, gb_gib
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
@@ -31,7 +31,7 @@ def bottleneck(time: dict[str, float]) -> Bottleneck:
 def infeasibility(memory_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan) -> list[str]:
     reasons = []
     if memory_bytes > cluster.gpu.hbm_bytes:
-        reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {cluster.gpu.hbm_bytes / 1e9:.0f} GB")
+        reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {gb_gib(cluster.gpu.hbm_bytes)}")
     if plan.tp > cluster.gpus_per_node:
         reasons.append(f"tp={plan.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")
     return reasons

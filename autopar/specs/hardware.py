@@ -1,5 +1,6 @@
 """GPU and cluster specs, loaded from profiles/gpus and profiles/clusters (human units in
-files, converted once here: GB = 1e9 bytes, TB = 1e12, Gb = 1e9 bits, us = 1e-6 s)."""
+files, converted once here: GB = 1e9 bytes, GiB = 2**30 bytes, TB = 1e12, Gb = 1e9 bits,
+us = 1e-6 s)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,15 @@ from autopar.specs._base import StrictModel
 from autopar.specs._files import looks_like_path, preset_files, read_mapping
 
 GB = 1e9
+GiB = 2**30
 TB = 1e12
 TFLOP = 1e12
 US = 1e-6
+
+
+def gb_gib(num_bytes: float) -> str:
+    """A memory size for people: decimal GB (the unit of every report) and GiB (nvidia-smi's, the labels')."""
+    return f"{num_bytes / GB:.1f} GB ({num_bytes / GiB:.1f} GiB)"
 
 
 class _Strict(StrictModel):
@@ -43,7 +50,9 @@ class GpuSpec(_Strict):
     architecture: str = Field(description="volta | ampere | hopper | blackwell")
     compute_capability: float = Field(gt=0, description="CUDA compute capability, e.g. 9.0")
     peak_tflops: PeakTflops = Field(description="Dense peaks by dtype, TFLOP/s")
-    hbm_gb: float = Field(gt=0, description="HBM capacity, GB (1e9 bytes)")
+    hbm_gib: float = Field(
+        gt=0, description="HBM capacity as the driver reports it (nvidia-smi memory.total, MiB / 1024), GiB (2**30 bytes). "
+        "NVIDIA's capacity labels count binary units: an '80 GB' H100 holds 81,559 MiB = 85.5e9 bytes")
     hbm_tb_per_s: float = Field(gt=0, description="HBM bandwidth, TB/s")
     nvlink_gb_per_s: float | None = Field(None, gt=0, description="NVLink per GPU per direction, GB/s; null on PCIe-only parts")
     pcie_gb_per_s: float | None = Field(None, gt=0, description="PCIe per direction, GB/s")
@@ -58,6 +67,20 @@ class GpuSpec(_Strict):
         description="Board power while the GPU waits (exposed communication, pipeline bubble, restart), W; null = unknown (energy then counts waiting at tdp_watts)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_hbm_gb(cls, data: Any) -> Any:
+        """Files and results written before hbm_gib stated hbm_gb in 1e9 bytes: keep their bytes exactly."""
+        if isinstance(data, dict) and "hbm_gb" in data:
+            data = dict(data)
+            legacy = data.pop("hbm_gb")
+            if "hbm_gib" in data:
+                raise ValueError(f"hbm_gb={legacy!r} and hbm_gib={data['hbm_gib']!r}: give one capacity (hbm_gib, GiB as nvidia-smi reports)")
+            if isinstance(legacy, (int, float)) and not isinstance(legacy, bool):
+                legacy = legacy * GB / GiB
+            data["hbm_gib"] = legacy
+        return data
+
     @model_validator(mode="after")
     def _mamf_below_peak(self) -> "GpuSpec":
         """A measured matmul rate above the dense peak is a unit or dtype slip (GEMM efficiency > 1)."""
@@ -71,7 +94,8 @@ class GpuSpec(_Strict):
 
     @property
     def hbm_bytes(self) -> float:
-        return self.hbm_gb * GB
+        """Capacity in bytes (hbm_gib x 2**30)."""
+        return self.hbm_gib * GiB
 
     @property
     def hbm_bytes_per_second(self) -> float:

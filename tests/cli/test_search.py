@@ -95,11 +95,12 @@ def test_bad_input_is_one_line(args, fragment):
 
 
 def test_nothing_fits_names_memory_and_a_way_out():
-    # 405B on one 8-GPU node: even 16 bytes/param / 8 GPUs is ~810 GB per GPU
+    # 405B on one 8-GPU node: even 16 bytes/param / 8 GPUs is ~810 GB per GPU; an "80 GB" H100 holds
+    # 81,559 MiB (nvidia-smi) = 85.5e9 bytes = 79.7 GiB
     r = run(["--model", "llama3-405b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch", "16"])
     assert r.exit_code == 1
     msg = r.output.strip()
-    assert "smallest memory need is" in msg and "HBM is 80 GB" in msg and "--gpus" in msg and "fits" in msg
+    assert "smallest memory need is" in msg and "HBM is 85.5 GB (79.7 GiB)" in msg and "--gpus" in msg and "fits" in msg
 
 
 def test_readme_search_emits_a_valid_megatron_script(tmp_path):
@@ -190,9 +191,10 @@ def test_an_exact_tie_is_explained_by_memory_not_by_a_zero_gap():
 
 def test_memory_is_shown_against_the_hbm_limit():
     r = run(SMALL16 + ["--top", "1"])
-    assert "mem/80.0 GB" in r.output.splitlines()[1]
+    # H100: 81,559 MiB = 85.5e9 bytes = 79.7 GiB
+    assert "mem/85.5 GB" in r.output.splitlines()[1]
     best = json.loads(run(SMALL16 + ["--top", "1", "--json"]).output)["plans"][0]["estimate"]
-    assert f"memory: {best['memory_bytes_per_gpu'] / 1e9:.1f} of 80.0 GB HBM per GPU" in r.output
+    assert f"memory: {best['memory_bytes_per_gpu'] / 1e9:.1f} GB of 85.5 GB (79.7 GiB) HBM per GPU" in r.output
 
 
 def test_brief_command_works_with_a_hf_config_and_a_cluster_yaml_only(tmp_path):

@@ -37,7 +37,7 @@ def cases(draw):
 
 
 def _scaled(cluster, factor_hbm=1.0, factor_bw=1.0):
-    gpu = cluster.gpu.model_copy(update={"hbm_gb": cluster.gpu.hbm_gb * factor_hbm, "hbm_tb_per_s": cluster.gpu.hbm_tb_per_s * factor_bw})
+    gpu = cluster.gpu.model_copy(update={"hbm_gib": cluster.gpu.hbm_gib * factor_hbm, "hbm_tb_per_s": cluster.gpu.hbm_tb_per_s * factor_bw})
     intra = cluster.intra_node.model_copy(update={"bandwidth_gb_per_s": cluster.intra_node.bandwidth_gb_per_s * factor_bw})
     return cluster.model_copy(update={"gpu": gpu, "intra_node": intra, "nic_gb_per_s_per_gpu": cluster.nic_gb_per_s_per_gpu * factor_bw})
 

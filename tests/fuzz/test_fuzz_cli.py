@@ -214,7 +214,7 @@ def results_data(tmp_path_factory) -> dict:
 RESULTS_FIELDS = {
     "plans.0.plan.tp": [True, 0, -1, "x", 3, None, []], "inputs.model.num_layers": BAD_VALUES, "inputs.cluster.num_nodes": BAD_VALUES,
     "inputs.training.seq_len": BAD_VALUES, "plans": [[], "x", None, {}], "autopar_version": [1, None, []], "search.num_feasible": ["x", None],
-    "inputs.cluster.gpu.hbm_gb": [True, 0, -1, "x", None], "surprise": [1],
+    "inputs.cluster.gpu.hbm_gib": [True, 0, -1, "x", None], "surprise": [1],
 }
 
 
