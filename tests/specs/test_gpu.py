@@ -15,3 +15,19 @@ def test_mamf_above_peak_is_refused_with_the_field():
     gpu["mamf_tflops"]["bf16"] = 1600.0  # e.g. a sparse rate typed in
     with pytest.raises(ValidationError, match=r"mamf_tflops.bf16=1600.0 exceeds peak_tflops.bf16=989.4"):
         GpuSpec.model_validate(gpu)
+
+
+@pytest.mark.parametrize("preset, mib", [("dgx-h100", 81_559), ("dgx-a100", 81_920), ("dgx-h200", 143_771), ("dgx-b200", 183_359), ("gb200-nvl72", 189_471)])
+def test_capacity_is_what_the_driver_reports(preset, mib):
+    # nvidia-smi memory.total of each part (profiles/gpus sources): NVIDIA's "80 GB" is binary, an
+    # H100 holds 81,559 MiB = 85.52e9 bytes, not 80e9; the profile's GiB to 0.01
+    assert load_cluster(preset).gpu.hbm_bytes == pytest.approx(mib * 2**20, abs=0.006 * 2**30)
+
+
+def test_legacy_hbm_gb_keeps_its_bytes_and_one_capacity_only():
+    gpu = load_cluster("dgx-h100").gpu.model_dump()
+    del gpu["hbm_gib"]
+    # a file written before hbm_gib said hbm_gb in 1e9 bytes: read with the same bytes
+    assert GpuSpec.model_validate({**gpu, "hbm_gb": 80}).hbm_bytes == pytest.approx(80e9, rel=1e-12)
+    with pytest.raises(ValidationError, match=r"hbm_gb=80 and hbm_gib=79.65: give one capacity"):
+        GpuSpec.model_validate({**gpu, "hbm_gb": 80, "hbm_gib": 79.65})
