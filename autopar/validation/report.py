@@ -8,6 +8,7 @@ import itertools
 import statistics
 from typing import Any
 
+from autopar.specs.hardware import GB, gb_gib
 from autopar.validation.predict import RowResult
 from autopar.validation.rows import DEFAULTS_DOC
 
@@ -110,8 +111,8 @@ def render(report: dict[str, Any]) -> str:
     for nm in s["not_modelled"]:
         lines.append(f"  not modelled: {nm['id']}: {nm['reason']}")
     for om in s.get("over_memory", []):
-        lines.append(f"  over memory: {om['id']} ran, but the model puts its layout at {om['predicted_memory_gb']:.1f} GB per GPU "
-                     f"(HBM {om['gpu_memory_gb']:.0f} GB): the published layout or the memory model is off")
+        lines.append(f"  over memory: {om['id']} ran, but the model puts its layout at {om['predicted_memory_gb']:.1f} GB per GPU, "
+                     f"HBM is {gb_gib(om['gpu_memory_gb'] * GB)}: the published layout or the memory model is off")
     ra = s.get("rank_agreement")
     if ra and ra["pooled"]["pairs"]:
         p = ra["pooled"]
