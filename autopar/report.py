@@ -42,6 +42,8 @@ def estimate_table(e: Estimate, title: str = "") -> str:
         if value:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
     lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {gb_gib(e.memory_capacity_bytes)}")
+    if e.host_memory_bytes_per_gpu:
+        lines.append(f"  {'offloaded to host (pinned)':<30} {_gb(e.host_memory_bytes_per_gpu)}  not in the total")
     return "\n".join(lines)
 
 

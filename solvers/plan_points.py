@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopar.cost import estimate as cost_estimate
 from autopar.cost.flops import total_params
+from autopar.cost.step import COMM_PARTS
 from autopar.cost.goodput import (
     HOUR_SECONDS,
     JOULES_PER_MWH,
@@ -31,7 +32,6 @@ from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
 
 DAY_SECONDS = 86400.0
-COMM_TIME_KEYS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "dp_comm")
 
 
 class PlanPoint(BaseModel):
@@ -167,7 +167,7 @@ def _priced(ctx: PointContext, point: PlanPoint, est: Estimate, train_seconds: f
     point.plan, point.step_seconds, point.mfu, point.tokens_per_second = est.plan, step, est.mfu, est.tokens_per_second
     point.bottleneck = est.bottleneck.value
     point.bubble_share = est.time_breakdown.get("pipeline_bubble", 0.0) / step
-    point.comm_share = sum(est.time_breakdown.get(k, 0.0) for k in COMM_TIME_KEYS) / step
+    point.comm_share = sum(est.time_breakdown.get(k, 0.0) for k in COMM_PARTS) / step
     point.busy_share = busy_fraction(est.time_breakdown)
     point.checkpoint_interval_seconds = shares.interval_seconds
     point.checkpoint_interval_steps = max(1, round(shares.interval_seconds / step))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from autopar.cost.context import Batch
 from autopar.cost.flops import model_flops_per_token
 from autopar.cost.rules import plan_violations
-from autopar.cost.step import StepResult, evaluate
+from autopar.cost.step import COMM_PARTS, StepResult, evaluate
 from autopar.cost.table import PlanTable
 from autopar.errors import InputError
 from autopar.specs.costparams import CostParams, load_cost_params
@@ -21,7 +21,7 @@ def bottleneck(time: dict[str, float]) -> Bottleneck:
     groups = {
         Bottleneck.compute: time["compute_gemm"] + time["compute_attention"] + time["recompute"],
         Bottleneck.memory: time["compute_elementwise"] + time["optimizer_step"],
-        Bottleneck.communication: sum(time[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "dp_comm")),
+        Bottleneck.communication: sum(time[k] for k in COMM_PARTS),
         Bottleneck.bubble: time["pipeline_bubble"],
         Bottleneck.coordination: time["step_overhead"],
     }
@@ -64,6 +64,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak,
         bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
         memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
+        host_memory_bytes_per_gpu=float(result.host_bytes[i]) if result.host_bytes is not None else 0.0,
         worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,
         bottleneck=bottleneck(time), time_to_train_seconds=ttt,
         validated=family_error(family_of(model.is_moe, plan.zero, training.precision.value, cluster.gpu.architecture)),

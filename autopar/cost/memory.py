@@ -16,7 +16,7 @@ import numpy as np
 from autopar.cost.context import Batch
 from autopar.cost.moe import expert_load_factor, routed_tokens
 from autopar.cost.table import NONE, SCHEDULE, has_module, selective_modules
-from autopar.specs.plan import RecomputeModule, Schedule
+from autopar.specs.plan import OffloadModule, RecomputeModule, Schedule
 from autopar.specs.training import Precision
 
 
@@ -75,9 +75,16 @@ def attention_core_bytes(batch: Batch) -> np.ndarray:
 
 
 def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
-    """Bytes kept per micro-batch by a layer that is not fully recomputed (selective recompute
-    drops what its modules hold, module_dropped_bytes; without named modules, the attention
-    core's, or with the stack's per-op SAC keeps only what per_op_saved_bytes lists)."""
+    """Bytes kept in HBM per micro-batch by a layer that is not fully recomputed (selective
+    recompute drops what its modules hold, module_dropped_bytes; without named modules, the
+    attention core's, or with the stack's per-op SAC keeps only what per_op_saved_bytes lists),
+    less what the plan's offload_modules send to host memory (offloaded_bytes)."""
+    return saved_activation_bytes(batch, index) - offloaded_bytes(batch, index)
+
+
+def saved_activation_bytes(batch: Batch, index: int) -> np.ndarray:
+    """Bytes a layer that is not fully recomputed saves for its backward per micro-batch, in HBM
+    or host memory (stored_activation_bytes without offloading)."""
     full = layer_activation_bytes(batch, index)
     per_op = batch.stack.selective_recompute == "per_op"
     modules = selective_modules(batch.tab, per_op)
@@ -85,6 +92,38 @@ def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     if per_op:
         return np.where((batch.tab.recompute == 1) & (modules == NONE), per_op_saved_bytes(batch, index), kept)
     return kept
+
+
+def offloaded_bytes(batch: Batch, index: int) -> np.ndarray:
+    """Bytes per micro-batch of layer `index` (not fully recomputed) that fine-grained activation
+    offloading moves to host memory: the saved inputs of the plan's offload_modules (Megatron-LM
+    docs/user-guide/features/fine_grained_activation_offloading.md: 'modules whose inputs are
+    offloaded'; terms of layer_activation_bytes). A tensor selective recompute already drops is
+    not offloaded (qkv_linear's input with layernorm recomputed; expert_fc1's and moe_act's with
+    moe recomputed); capped at what the layer saves (a per-op SAC stack saves less)."""
+    m, t = batch.model, batch.tab
+    column = t.offload
+    if not bool(np.any(column != NONE)):
+        return np.zeros(len(t))
+    on = lambda mod: has_module(column, mod)  # noqa: E731
+    T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
+    Bi = gemm_input_bytes(batch)
+    d = m.head_size
+    d_v = m.mla.v_head_dim if m.mla else d
+    per_op = batch.stack.selective_recompute == "per_op"
+    recomputed = selective_modules(t, per_op)
+    out = np.where(on(OffloadModule.attn_norm), B * T * m.hidden_size / tsp, 0.0)
+    out = out + np.where(on(OffloadModule.mlp_norm), B * T * m.hidden_size / tsp, 0.0)
+    out = out + np.where(on(OffloadModule.qkv_linear) & ~has_module(recomputed, RecomputeModule.layernorm), Bi * T * m.hidden_size / tsp, 0.0)
+    out = out + np.where(on(OffloadModule.core_attn), B * T * (m.num_attention_heads / t.tp * d + 2 * kv_heads_per_rank(batch) * d), 0.0)
+    out = out + np.where(on(OffloadModule.attn_proj), (B + (Bi if Bi < B else 0.0)) * T * m.num_attention_heads / t.tp * d_v, 0.0)
+    if m.is_moe_layer(index):
+        mats = 3 if m.gated_mlp else 2
+        routed = routed_tokens(T, t.tp, t.etp, t.sp == 1) * m.moe_top_k * expert_load_factor(batch)
+        kept = ~has_module(recomputed, RecomputeModule.moe)
+        out = out + np.where(on(OffloadModule.expert_fc1) & kept, Bi * routed * m.hidden_size, 0.0)
+        out = out + np.where(on(OffloadModule.moe_act) & kept, B * routed * (mats - 1) * (m.moe_ffn_hidden_size or 0) / t.etp, 0.0)
+    return np.minimum(out, saved_activation_bytes(batch, index))
 
 
 def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = None) -> np.ndarray:
@@ -134,7 +173,13 @@ def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
 
 
 def recomputed_input_bytes(batch: Batch) -> np.ndarray:
-    """Full recompute keeps only each layer's input: 2 s b h (/t with SP)."""
+    """Full recompute keeps only each layer's input: 2 s b h (/t with SP), in HBM unless the plan
+    offloads it (offload_modules=layer_input)."""
+    return np.where(has_module(batch.tab.offload, OffloadModule.layer_input), 0.0, checkpoint_input_bytes(batch))
+
+
+def checkpoint_input_bytes(batch: Batch) -> np.ndarray:
+    """A fully recomputed layer's checkpointed input, bytes per micro-batch: 2 s b h (/t with SP)."""
     return batch.training.activation_bytes * batch.tokens * batch.model.hidden_size / batch.sp_divisor
 
 

@@ -17,16 +17,19 @@ from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
-from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
+from autopar.cost.memory import (checkpoint_input_bytes, in_flight_microbatches, layer_activation_bytes, offloaded_bytes,
+                                 recomputed_input_bytes, stored_activation_bytes)
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
-from autopar.specs.plan import GradSync
+from autopar.specs.plan import GradSync, OffloadModule
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
 MICROBATCH_PARTS = ("compute_gemm", "compute_attention", "compute_elementwise", "recompute",
-                    "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm")
+                    "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "activation_offload")
 STEP_PARTS = MICROBATCH_PARTS + ("pipeline_bubble", "dp_comm", "optimizer_step", "step_overhead")
+# exposed data movement over a link: collectives, pipeline sends, host-link copies of offloaded activations
+COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "dp_comm", "activation_offload")
 STAGE_STEP_TERMS = ("dp_comm", "fsdp_step", "optimizer_step")  # step += max over stages of each
 MEMORY_PARTS = ("weights", "gradients", "optimizer_states", "activations", "working_buffers", "fragmentation", "framework_reserve")
 FULL = 2  # index of Recompute.full
@@ -62,6 +65,7 @@ class StepResult:
     stage_memory_bytes: np.ndarray | None = None
     stage_recomputed_layers: np.ndarray | None = None
     stage_step_terms: dict[str, np.ndarray] = field(default_factory=dict)
+    host_bytes: np.ndarray | None = None  # per plan: activations offloaded to host memory at their peak, bytes per GPU
 
 
 def _layer_kinds(batch: Batch) -> list[int]:
@@ -125,7 +129,7 @@ def evaluate(batch: Batch, per_stage: bool = True) -> StepResult:
     out = StepResult(np.zeros(n), {k: np.zeros(n) for k in STEP_PARTS}, {k: np.zeros(n) for k in MEMORY_PARTS},
                      np.zeros(n), np.zeros(n, dtype=int), np.zeros(n, dtype=int), np.zeros(n), np.zeros(n), [[]] * n,
                      np.zeros(n), np.zeros(n), np.zeros((n, width)), np.zeros((n, width)), np.zeros(n),
-                     np.full((n, width), -1, dtype=np.int64))
+                     np.full((n, width), -1, dtype=np.int64), host_bytes=np.zeros(n))
     if per_stage:
         out.stage_seconds, out.stage_memory_bytes, out.stage_recomputed_layers = (np.zeros((n, p_max)) for _ in range(3))
         out.stage_step_terms = {k: np.zeros((n, p_max)) for k in STAGE_STEP_TERMS}
@@ -228,7 +232,9 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd_window,
                                                                    bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
-    stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm"))
+    parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share)
+    stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm",
+                                           "ep_comm", "pp_comm", "activation_offload"))
 
     stage_seconds = stage_compute + parts["fsdp_comm"]
     mb = b.microbatches.astype(float)
@@ -250,7 +256,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem, fixed, per_mb = _memory(b, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed)
+    mem, fixed, per_mb, host = _memory(b, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed)
     totals = sum(mem.values())
     worst = _first_max(totals, stage_idx)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
@@ -261,6 +267,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     for k, v in mem.items():
         out.memory[k][rows] = at_worst(v)
     out.memory_bytes[rows] = at_worst(totals)
+    out.host_bytes[rows] = host.max(axis=1)
     out.worst_stage[rows] = stage_idx[worst]
     out.critical_stage[rows] = stage_idx[crit]
     out.pipeline_seconds[rows] = pipeline
@@ -291,6 +298,36 @@ def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
         per_stage = np.asarray(interned(code), dtype=float)
         k = np.where(col(t.rc_stages == code), np.minimum(n_layers, per_stage[: len(n_layers)]), k)
     return np.where(col(t.recompute) == FULL, k, 0.0)
+
+
+def host_link_seconds(b: Batch, num_bytes):
+    """Seconds to move bytes one way over the GPU's host link (PCIe, or NVLink-C2C on Grace parts)."""
+    gbps = b.cluster.gpu.pcie_gb_per_s
+    if gbps is None:
+        raise InputError("gpu.pcie_gb_per_s", None, "activation offloading needs the GPU's host-link bandwidth")
+    return num_bytes / (gbps * 1e9)
+
+
+def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.ndarray:
+    """Seconds per micro-batch x stage that fine-grained activation offloading adds: each layer's
+    offloaded bytes go to host on a side stream during its forward and come back during the
+    backward of the layer after it (Megatron-Core fine_grained_activation_offload: offload after
+    the module's forward, reload prefetched one layer ahead), so a copy shows only where it takes
+    longer than the layer's compute it overlaps. A fully recomputed layer moves its checkpointed
+    input (layer_input) and reloads it before its recompute (backward window: recompute + backward)."""
+    t = b.tab
+    if not bool(np.any(t.offload != NONE)):
+        return np.zeros((len(t), counts.shape[1]))
+    col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
+    layer_input = host_link_seconds(b, np.where(has_module(t.offload, OffloadModule.layer_input), checkpoint_input_bytes(b), 0.0))
+    out = 0.0
+    for j, i in enumerate(kinds):
+        fwd, bwd = per_kind[j]["fwd"], per_kind[j]["bwd"]
+        copy = host_link_seconds(b, offloaded_bytes(b, i))
+        kept = np.maximum(copy - fwd, 0.0) + np.maximum(copy - bwd, 0.0)
+        rebuilt = np.maximum(layer_input - fwd, 0.0) + np.maximum(layer_input - fwd - bwd, 0.0)
+        out = out + counts[j] * ((1 - share) * col(kept) + share * col(rebuilt))
+    return np.broadcast_to(out, (len(t), counts.shape[1]))
 
 
 def _overlap_windows(b: Batch, parts, fwd, bwd) -> tuple[np.ndarray, np.ndarray]:
@@ -400,7 +437,8 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
 def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed):
     """Bytes per GPU by component, per plan x kept stage (stage_idx of a P-stage pipeline); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
-    working buffers) and one micro-batch's activations, both before fragmentation."""
+    working buffers) and one micro-batch's activations, both before fragmentation, and the
+    activations offloaded to host memory."""
     t, tr, mem, m = b.tab, b.training, b.params.memory, b.model
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
     C = len(stage_idx)
@@ -425,9 +463,15 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     per_mb = sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(recomputed_input_bytes(b))
     held = in_flight_microbatches(stage_idx[None, :], col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
     out["activations"] = per_mb * held
+    moved = [offloaded_bytes(b, i) for i in kinds]
+    layer_input = np.where(has_module(t.offload, OffloadModule.layer_input), checkpoint_input_bytes(b), 0.0)
+    host = (sum(counts[j] * col(moved[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(layer_input)) * held
     first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P
     working = np.where(k_rec > 0, full_first, 0.0)  # one layer rebuilt during its backward
+    # offloaded tensors in transit: the layer being copied out and the one prefetched back
+    moved_first = np.stack(moved, axis=1)[:, first_kind]
+    working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))
     last = (stage_idx == P - 1).astype(float)
     working = working + last * col(6 * b.tokens * m.vocab_size / t.tp)  # bf16 + fp32 logits
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
@@ -440,4 +484,4 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     fixed = allocated - out["activations"]
     out["fragmentation"] = allocated * mem.fragmentation
     out["framework_reserve"] = np.full_like(allocated, mem.reserve_bytes)
-    return out, fixed, np.broadcast_to(per_mb, allocated.shape)
+    return out, fixed, np.broadcast_to(per_mb, allocated.shape), np.broadcast_to(host, allocated.shape)

@@ -10,7 +10,7 @@ import numpy as np
 
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout, check_layout
-from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, RecomputeModule, Schedule, resolve_layout
+from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, OffloadModule, Plan, RankOrder, Recompute, RecomputeModule, Schedule, resolve_layout
 
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
@@ -19,6 +19,7 @@ ORDER = list(RankOrder)
 GRAD_SYNC = list(GradSync)
 DISPATCHER = list(Dispatcher)
 RECOMPUTE_MODULES = list(RecomputeModule)
+OFFLOAD_MODULES = list(OffloadModule)
 NONE = -1  # sentinel for optional integer columns
 
 _INTERNED: list[object] = []  # layout strings and per-stage tuples, coded as integers in columns
@@ -73,6 +74,7 @@ class PlanTable:
     dispatcher: np.ndarray  # index into DISPATCHER
     ep_overlap: np.ndarray
     rc_modules: np.ndarray  # bit i set: RECOMPUTE_MODULES[i] recomputed; NONE: the stack's selective recompute
+    offload: np.ndarray  # bit i set: OFFLOAD_MODULES[i]'s saved input goes to host memory; NONE: no offloading
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -96,6 +98,7 @@ class PlanTable:
             "reshard": [int(p.reshard_after_forward) for p in plans], "grad_sync": [GRAD_SYNC.index(p.gradient_sync) for p in plans],
             "dispatcher": [DISPATCHER.index(p.dispatcher) for p in plans], "ep_overlap": [int(p.ep_overlap) for p in plans],
             "rc_modules": [modules_code(p.recompute_modules) for p in plans],
+            "offload": [modules_code(p.offload_modules, OFFLOAD_MODULES) for p in plans],
         }
         return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
 
@@ -115,6 +118,7 @@ class PlanTable:
             grad_sync=GRAD_SYNC[self.grad_sync[i]] if self.zero[i] >= 2 else None,
             dispatcher=DISPATCHER[self.dispatcher[i]], ep_overlap=bool(self.ep_overlap[i]),
             recompute_modules=modules_of(int(self.rc_modules[i])),
+            offload_modules=modules_of(int(self.offload[i]), OFFLOAD_MODULES),
         )
 
     def take(self, index: np.ndarray) -> "PlanTable":
@@ -124,18 +128,19 @@ class PlanTable:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def modules_code(modules: "tuple[RecomputeModule, ...] | None") -> int:
-    """Bit mask of recompute modules (bit i: RECOMPUTE_MODULES[i]); NONE for null."""
-    return NONE if modules is None else sum(1 << RECOMPUTE_MODULES.index(m) for m in modules)
+def modules_code(modules: tuple | None, names: list = RECOMPUTE_MODULES) -> int:
+    """Bit mask of modules (bit i: names[i]: RECOMPUTE_MODULES or OFFLOAD_MODULES); NONE for null."""
+    return NONE if modules is None else sum(1 << names.index(m) for m in modules)
 
 
-def modules_of(code: int) -> "tuple[RecomputeModule, ...] | None":
-    return None if code == NONE else tuple(m for i, m in enumerate(RECOMPUTE_MODULES) if code >> i & 1)
+def modules_of(code: int, names: list = RECOMPUTE_MODULES) -> tuple | None:
+    return None if code == NONE else tuple(m for i, m in enumerate(names) if code >> i & 1)
 
 
-def has_module(column: np.ndarray, module: RecomputeModule) -> np.ndarray:
+def has_module(column: np.ndarray, module: RecomputeModule | OffloadModule) -> np.ndarray:
     """Per plan: whether a modules column (modules_code) holds `module`."""
-    return (column != NONE) & ((column >> RECOMPUTE_MODULES.index(module)) & 1 == 1)
+    names = OFFLOAD_MODULES if isinstance(module, OffloadModule) else RECOMPUTE_MODULES
+    return (column != NONE) & ((column >> names.index(module)) & 1 == 1)
 
 
 def selective_modules(tab: PlanTable, per_op: bool) -> np.ndarray:

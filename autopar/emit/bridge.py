@@ -77,6 +77,9 @@ def _model_overrides(job: EmitJob) -> dict:
                   "model.recompute_num_layers": 1 if n is None else max(1, n // plan.vpp)})
     else:
         o["model.recompute_granularity"] = None
+    if plan.offload_modules:  # TransformerConfig fields behind --fine-grained-activation-offloading / --offload-modules
+        o["model.fine_grained_activation_offloading"] = True
+        o["model.offload_modules"] = [m.value for m in plan.offload_modules]
     # The recipe's provider is resized to the autopar ModelSpec (a no-op for a matching recipe).
     o.update({"model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size, "model.ffn_hidden_size": m.ffn_hidden_size,
               "model.num_attention_heads": m.num_attention_heads, "model.vocab_size": m.vocab_size})

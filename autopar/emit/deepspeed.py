@@ -38,6 +38,9 @@ REMOVED_ZERO_KEYS = {"mics_shard_size", "mics_hierarchical_params_gather", "zero
 def plan_checks(job: EmitJob, rules: Rules) -> None:
     """Plan features a plain DeepSpeed config cannot express."""
     plan, t = job.plan, job.training
+    rules.check(plan.offload_modules is None, "no per-module activation offloading",
+                f"offload_modules={'+'.join(m.value for m in plan.offload_modules or ())}: DeepSpeed offloads optimizer states and "
+                "parameters (offload_optimizer, offload_param) and checkpointed activations (cpu_checkpointing), not module inputs")
     rules.check(plan.tp == 1, "tp == 1 without Megatron-DeepSpeed",
                 f"tp={plan.tp}: DeepSpeed has no tensor parallelism for a generic training script; use --format megatron")
     rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ulysses, "context parallel = Ulysses (sequence_parallel_size)",

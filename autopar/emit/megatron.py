@@ -179,6 +179,15 @@ def recompute_flags(job: EmitJob) -> list[Group]:
     return []
 
 
+def offload_flags(job: EmitJob) -> list[Group]:
+    """Fine-grained activation offloading (Megatron-Core >= 0.15; Megatron-LM
+    docs/user-guide/features/fine_grained_activation_offloading.md)."""
+    modules = job.plan.offload_modules
+    if not modules:
+        return []
+    return [["--fine-grained-activation-offloading"], ["--offload-modules", *(m.value for m in modules)]]
+
+
 def optimizer_flags(job: EmitJob) -> list[Group]:
     plan = job.plan
     out: list[Group] = []
@@ -203,6 +212,7 @@ def megatron_sections(job: EmitJob) -> list[Section]:
         ("batch and sequence", batch_flags(job)),
         ("precision", precision_flags(job)),
         ("activation recompute", recompute_flags(job)),
+        ("activation offloading", offload_flags(job)),
         ("optimizer sharding and overlap", optimizer_flags(job)),
         ("model shape", model_flags(job)),
         ("mixture of experts", moe_flags(job)),

@@ -2,7 +2,9 @@
 names and defaults). Rules and their sources: docs/reference/launchers.md 1.4 (AR =
 megatron/training/arguments.py validate_args, TC = transformer_config.py, PS = parallel_state.py,
 NMC = num_microbatches_calculator.py, SCH = schedules.py); the Megatron-FSDP rules were read in
-a copy of AR validate_args (not in launchers.md)."""
+a copy of AR validate_args (not in launchers.md); FGO = Megatron-LM
+docs/user-guide/features/fine_grained_activation_offloading.md (its module choices; layer_input
+only with full recompute)."""
 
 from __future__ import annotations
 
@@ -178,6 +180,14 @@ def _precision_and_recompute(ns: Namespace, r: Rules) -> None:
         r.check(ns.recompute_method is None and ns.recompute_num_layers is None,
                 "selective recompute takes no method or num_layers",
                 f"method={ns.recompute_method}, num_layers={ns.recompute_num_layers}", "TC")
+    offload = ns.offload_modules or []
+    if ns.fine_grained_activation_offloading or offload:
+        r.check(ns.fine_grained_activation_offloading and bool(offload), "--offload-modules goes with --fine-grained-activation-offloading",
+                f"fine_grained_activation_offloading={ns.fine_grained_activation_offloading}, offload_modules={offload}", "FGO")
+        known = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "layer_input")
+        r.check(all(m in known for m in offload), "offload modules in {" + ", ".join(known) + "}", f"offload_modules={offload}", "FGO")
+        r.check("layer_input" not in offload or granularity == "full", "offload module layer_input needs full recompute",
+                f"recompute_granularity={granularity}", "FGO")
     if ns.distribute_saved_activations:
         r.check(ns.tensor_model_parallel_size > 1 and granularity == "full" and ns.recompute_method and not ns.sequence_parallel,
                 "--distribute-saved-activations needs TP>1, full recompute with a method, and no SP", "", "AR")

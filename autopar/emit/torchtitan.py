@@ -103,6 +103,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(plan.recompute_modules is None, "selective AC is per-op or per-layer",
                 f"recompute_modules={'+'.join(m.value for m in plan.recompute_modules or ())}: torchtitan's selective AC "
                 "(mode selective, selective_ac_option op | n) names no submodules", "ACT")
+    rules.check(plan.offload_modules is None, "no activation offloading",
+                f"offload_modules={'+'.join(m.value for m in plan.offload_modules or ())}: torchtitan has no per-module activation "
+                "offloading to host memory (Megatron-Core --fine-grained-activation-offloading)", "ACT")
     rules.check(plan.recompute_num_layers is None and plan.stage_recompute_layers is None, "FullAC wraps every transformer block",
                 f"recompute_num_layers={plan.recompute_num_layers}, stage_recompute_layers={plan.stage_recompute_layers}: "
                 "partial full recompute has no torchtitan setting", "ACT")

@@ -17,7 +17,7 @@ class Bottleneck(str, Enum):
     memory = "memory"
     """HBM-bound element-wise work and the optimizer step."""
     communication = "communication"
-    """Exposed TP/CP/EP/PP/DP collectives."""
+    """Exposed TP/CP/EP/PP/DP collectives and host-link copies of offloaded activations."""
     bubble = "bubble"
     """Pipeline fill and drain, and stage imbalance."""
     coordination = "coordination"
@@ -59,6 +59,8 @@ class Estimate(BaseModel):
     bubble_fraction: float = Field(description="Pipeline bubble / pipeline time")
     memory_bytes_per_gpu: float = Field(description="Peak memory over stages, bytes")
     memory_capacity_bytes: float = Field(description="HBM per GPU, bytes")
+    host_memory_bytes_per_gpu: float = Field(0.0, description="Activations offloaded to host memory at their peak (plan offload_modules), "
+                                             "bytes per GPU; not part of memory_bytes_per_gpu")
     worst_stage: int = Field(description="Stage with the peak memory")
     memory_breakdown: dict[str, float] = Field(description="Bytes per component on the worst stage; sums to memory_bytes_per_gpu")
     time_breakdown: dict[str, float] = Field(description="Seconds per component of one step; sums to step_seconds")

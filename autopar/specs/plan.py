@@ -56,6 +56,30 @@ def module_names(names: Any) -> list[str]:
     return [RECOMPUTE_MODULE_ALIASES.get(n, n) for n in (str(i).strip().lower() for i in items) if n]
 
 
+class OffloadModule(str, Enum):
+    """A submodule whose saved input Megatron-Core copies to host memory during forward and back
+    before its backward (--fine-grained-activation-offloading --offload-modules; Megatron-LM
+    docs/user-guide/features/fine_grained_activation_offloading.md). The copies run on a side
+    stream over the GPU's host link, overlapped with compute."""
+
+    attn_norm = "attn_norm"
+    """input_layernorm's input (the layer input)."""
+    qkv_linear = "qkv_linear"
+    """The QKV projection's input (input_layernorm's output)."""
+    core_attn = "core_attn"
+    """The attention core's inputs: Q, K and V."""
+    attn_proj = "attn_proj"
+    """The output projection's input (the attention output)."""
+    mlp_norm = "mlp_norm"
+    """pre_mlp_layernorm's input (the residual after attention)."""
+    expert_fc1 = "expert_fc1"
+    """The routed token copies, the experts' grouped fc1 input."""
+    moe_act = "moe_act"
+    """The experts' activation-function input (the fc1 output)."""
+    layer_input = "layer_input"
+    """With full recompute: the checkpointed layer input, the only tensor a recomputed layer keeps."""
+
+
 class Schedule(str, Enum):
     """Pipeline schedule (seed 000 'Конвейерный параллелизм')."""
 
@@ -119,6 +143,7 @@ _ALIASES = {
     "recompute_layers": "recompute_num_layers",
     "shard": "zero_shard_size",
     "recompute_stages": "stage_recompute_layers",
+    "offload": "offload_modules",
 }
 _BOOL_KEYS = ("sp", "tp_overlap", "reshard", "ep_overlap")
 _BOOL = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -161,6 +186,9 @@ class Plan(StrictModel):
     dispatcher: Dispatcher = Field(Dispatcher.alltoall, description="MoE token dispatcher: alltoall | allgather | deepep")
     ep_overlap: bool = Field(False, description="Overlap the EP AllToAll of one micro-batch with another's compute "
                              "(Megatron --overlap-moe-expert-parallel-comm, DualPipe)")
+    offload_modules: tuple[OffloadModule, ...] | None = Field(
+        None, description="Submodules whose saved inputs go to host memory between forward and backward "
+        "(Megatron --fine-grained-activation-offloading --offload-modules); null = none")
 
     @model_validator(mode="before")
     @classmethod
@@ -186,6 +214,14 @@ class Plan(StrictModel):
             if bad:
                 raise ValueError(f"recompute_modules: unknown module {bad[0]!r}; known: {', '.join(known)}")
             data = {**data, "recompute_modules": tuple(m for m in RecomputeModule if m.value in names)}
+        if isinstance(data, dict) and data.get("offload_modules") is not None:
+            items = data["offload_modules"]
+            names = re.split(r"[+,\s]+", items.lower()) if isinstance(items, str) else [str(getattr(n, "value", n)).lower() for n in items]
+            known = [m.value for m in OffloadModule]
+            bad = [n for n in names if n and n not in known]
+            if bad:
+                raise ValueError(f"offload_modules: unknown module {bad[0]!r}; known: {', '.join(known)}")
+            data = {**data, "offload_modules": tuple(m for m in OffloadModule if m.value in names)}
         return data
 
     @model_validator(mode="after")
@@ -212,6 +248,12 @@ class Plan(StrictModel):
                 raise ValueError(f"recompute_modules needs recompute=selective, got recompute={self.recompute.value}")
             if not self.recompute_modules:
                 raise ValueError("recompute_modules needs at least one module (or null for the stack's selective recompute)")
+        if self.offload_modules is not None:
+            if not self.offload_modules:
+                raise ValueError("offload_modules needs at least one module (or null for no offloading)")
+            if OffloadModule.layer_input in self.offload_modules and self.recompute != Recompute.full:
+                raise ValueError(f"offload_modules=layer_input needs recompute=full (it offloads the checkpointed layer input), "
+                                 f"got recompute={self.recompute.value}")
         if self.reshard is not None and self.zero != 3:
             raise ValueError(f"reshard applies to zero=3 (FSDP), got zero={self.zero}")
         if self.grad_sync == GradSync.microbatch and self.zero < 2:
@@ -299,6 +341,8 @@ class Plan(StrictModel):
             parts.append(f"dispatcher={self.dispatcher.value}")
         if self.ep_overlap:
             parts.append("ep_overlap=on")
+        if self.offload_modules is not None:
+            parts.append("offload_modules=" + "+".join(m.value for m in self.offload_modules))
         return ",".join(parts)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
 from autopar.specs.layout import megatron_layout
-from autopar.specs.plan import Dispatcher, Plan, Recompute, RecomputeModule, Schedule, module_names
+from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
@@ -223,6 +223,17 @@ def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(n for n in module_names(found.group(1)) if n in known) or None
 
 
+def _offload_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
+    """Megatron --offload-modules a row names: 'activation offloading required (expert_fc1,
+    moe_act)' (ModelZoo GB200 notes) or '--offload-modules expert_fc1 moe_act'."""
+    text = " ".join(str(row.get(k) or "") for k in ("extra_layout", "notes")).lower()
+    found = re.search(r"activation offloading[^(]*\(([^)]*)\)|--offload-modules\s+([a-z_\s]+)", text)
+    if not found:
+        return None
+    known = {m.value for m in OffloadModule}
+    return tuple(n for n in re.split(r"[,\s]+", found.group(1) or found.group(2)) if n in known) or None
+
+
 def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
     """(FSDP on, shard group size when the column names one smaller than dp x cp). The column
     holds 0/1 flags, 'On', or text such as 'FSDP2 16-way x TP 8'."""
@@ -299,6 +310,9 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     modules = _recompute_modules(row)
     if recompute == Recompute.selective and modules:
         fields["recompute_modules"] = modules
+    offload = _offload_modules(row)
+    if offload:
+        fields["offload_modules"] = offload
     if recompute == Recompute.selective and training.stack in (Stack.torchtitan, Stack.torchtitan_compile) \
             and re.match(r"selective \(layer", str(row.get("recompute")).lower()):
         # torchtitan 'selective layer' AC checkpoints every n-th block whole, n = 2 by default

@@ -80,6 +80,7 @@ REFUSED = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,zero=2", "bf16", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1", "fp8", "precision in {bf16, fp16}"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,recompute=selective", "bf16", "recompute in {none, full}"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,offload_modules=attn_norm", "bf16", "no per-module activation offloading"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=3,zero_shard_size=8", "bf16", "no hybrid-sharded ZeRO"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=2,cp_algo=ring", "bf16", "context parallel = Ulysses"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,vpp=2", "bf16", "pipeline schedule = 1F1B"),

@@ -27,6 +27,10 @@ ROUND_TRIPS = {
     "no_tp_overlap": ("llama3-70b", "dgx-h100", 64, 8192, 64, "tp=8,pp=2,tp_overlap=off,zero=0"),
     "deepep_overlap": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,vpp=2,zero=1,dispatcher=deepep,ep_overlap=on"),
     "recompute_modules": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,recompute_modules=layernorm+moe"),
+    # Megatron-LM docs/user-guide/features/fine_grained_activation_offloading.md: --offload-modules with fine-grained recompute
+    "offload_modules": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256,
+                        "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,recompute_modules=layernorm+moe_act,offload_modules=expert_fc1+moe_act"),
+    "offload_layer_input": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1,recompute=full,offload_modules=layer_input"),
 }
 TRAINING_VARIANTS = {
     "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
@@ -153,6 +157,10 @@ BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", 
       "--pipeline-model-parallel-size", "2"], None, "at most one VPP option"),
     (["--group-query-attention", "--num-query-groups", "8", "--multi-latent-attention"], None, "MLA and GQA are mutually exclusive"),
     (["--num-experts", "8", "--moe-router-topk", "1", "--disable-bias-linear"], None, "topk 1 with softmax scoring requires --moe-router-pre-softmax"),
+    # Megatron-LM fine_grained_activation_offloading.md: the module list goes with the switch; layer_input only under full recompute
+    (["--offload-modules", "core_attn"], None, "--offload-modules goes with --fine-grained-activation-offloading"),
+    (["--fine-grained-activation-offloading", "--offload-modules", "experts"], None, "offload modules in {"),
+    (["--fine-grained-activation-offloading", "--offload-modules", "layer_input"], None, "offload module layer_input needs full recompute"),
 ])
 def test_validator_rules_on_arguments(extra, env, rule):
     assert any(rule in found for found in _check(BASE + extra, env=env))

@@ -82,6 +82,7 @@ TITAN_REFUSED = [
     ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4", "bf16", "FullAC wraps every"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,recompute=selective,recompute_modules=layernorm", "bf16", "selective AC is per-op or per-layer"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=4,cp_algo=ulysses", "bf16", "context parallel is ring attention"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,offload_modules=core_attn", "bf16", "no activation offloading"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,schedule=zero-bubble", "bf16", "zero-bubble schedules are multi-stage"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "fp16", "precision in {bf16, fp8}"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,ep=4", "bf16", "no expert tensor parallelism"),
@@ -176,3 +177,13 @@ def test_bridge_sets_recompute_modules():
     job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,recompute=selective,recompute_modules=layernorm+mlp")
     o = bridge_overrides(job)
     assert o["model.recompute_granularity"] == "selective" and o["model.recompute_modules"] == ["layernorm", "mlp"]
+
+
+def test_bridge_sets_offload_modules():
+    """Megatron-Bridge: the plan's offloaded modules go to TransformerConfig's
+    fine_grained_activation_offloading and offload_modules (Megatron-LM fine_grained_activation_offloading.md)."""
+    job = make_job("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,ep=4,etp=1,recompute=selective,recompute_modules=moe_act,"
+                   "offload_modules=expert_fc1+moe_act")
+    o = bridge_overrides(job)
+    assert o["model.fine_grained_activation_offloading"] is True and o["model.offload_modules"] == ["expert_fc1", "moe_act"]
+    assert "model.offload_modules" not in bridge_overrides(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2"))
