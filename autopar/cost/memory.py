@@ -79,7 +79,8 @@ def stored_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     recompute drops what its modules hold, module_dropped_bytes; without named modules, the
     attention core's, or with the stack's per-op SAC keeps only what per_op_saved_bytes lists),
     less what the plan's offload_modules send to host memory (offloaded_bytes)."""
-    return saved_activation_bytes(batch, index) - offloaded_bytes(batch, index)
+    saved = saved_activation_bytes(batch, index)
+    return saved - offloaded_bytes(batch, index, saved)
 
 
 def saved_activation_bytes(batch: Batch, index: int) -> np.ndarray:
@@ -94,13 +95,14 @@ def saved_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     return kept
 
 
-def offloaded_bytes(batch: Batch, index: int) -> np.ndarray:
+def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -> np.ndarray:
     """Bytes per micro-batch of layer `index` (not fully recomputed) that fine-grained activation
     offloading moves to host memory: the saved inputs of the plan's offload_modules (Megatron-LM
     docs/user-guide/features/fine_grained_activation_offloading.md: 'modules whose inputs are
     offloaded'; terms of layer_activation_bytes). A tensor selective recompute already drops is
     not offloaded (qkv_linear's input with layernorm recomputed; expert_fc1's and moe_act's with
-    moe recomputed); capped at what the layer saves (a per-op SAC stack saves less)."""
+    moe recomputed); capped at what the layer saves (`saved`: saved_activation_bytes; a per-op
+    SAC stack saves less)."""
     m, t = batch.model, batch.tab
     column = t.offload
     if not bool(np.any(column != NONE)):
@@ -123,7 +125,7 @@ def offloaded_bytes(batch: Batch, index: int) -> np.ndarray:
         kept = ~has_module(recomputed, RecomputeModule.moe)
         out = out + np.where(on(OffloadModule.expert_fc1) & kept, Bi * routed * m.hidden_size, 0.0)
         out = out + np.where(on(OffloadModule.moe_act) & kept, B * routed * (mats - 1) * (m.moe_ffn_hidden_size or 0) / t.etp, 0.0)
-    return np.minimum(out, saved_activation_bytes(batch, index))
+    return np.minimum(out, saved_activation_bytes(batch, index) if saved is None else saved)
 
 
 def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = None) -> np.ndarray:
@@ -175,7 +177,12 @@ def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
 def recomputed_input_bytes(batch: Batch) -> np.ndarray:
     """Full recompute keeps only each layer's input: 2 s b h (/t with SP), in HBM unless the plan
     offloads it (offload_modules=layer_input)."""
-    return np.where(has_module(batch.tab.offload, OffloadModule.layer_input), 0.0, checkpoint_input_bytes(batch))
+    return checkpoint_input_bytes(batch) - offloaded_input_bytes(batch)
+
+
+def offloaded_input_bytes(batch: Batch) -> np.ndarray:
+    """A fully recomputed layer's checkpointed input when the plan offloads it (layer_input), else 0."""
+    return np.where(has_module(batch.tab.offload, OffloadModule.layer_input), checkpoint_input_bytes(batch), 0.0)
 
 
 def checkpoint_input_bytes(batch: Batch) -> np.ndarray:

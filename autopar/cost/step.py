@@ -17,11 +17,11 @@ from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
-from autopar.cost.memory import (checkpoint_input_bytes, in_flight_microbatches, layer_activation_bytes, offloaded_bytes,
+from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
                                  recomputed_input_bytes, stored_activation_bytes)
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
-from autopar.specs.plan import GradSync, OffloadModule
+from autopar.specs.plan import GradSync
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
@@ -319,7 +319,7 @@ def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.
     if not bool(np.any(t.offload != NONE)):
         return np.zeros((len(t), counts.shape[1]))
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
-    layer_input = host_link_seconds(b, np.where(has_module(t.offload, OffloadModule.layer_input), checkpoint_input_bytes(b), 0.0))
+    layer_input = host_link_seconds(b, offloaded_input_bytes(b))
     out = 0.0
     for j, i in enumerate(kinds):
         fwd, bwd = per_kind[j]["fwd"], per_kind[j]["bwd"]
@@ -464,7 +464,7 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     held = in_flight_microbatches(stage_idx[None, :], col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
     out["activations"] = per_mb * held
     moved = [offloaded_bytes(b, i) for i in kinds]
-    layer_input = np.where(has_module(t.offload, OffloadModule.layer_input), checkpoint_input_bytes(b), 0.0)
+    layer_input = offloaded_input_bytes(b)
     host = (sum(counts[j] * col(moved[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(layer_input)) * held
     first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P

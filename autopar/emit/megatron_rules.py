@@ -12,6 +12,7 @@ from argparse import Namespace
 
 from autopar.emit.common import Rules
 from autopar.emit.megatron_parse import layout_stage_layers, parse_megatron_argv
+from autopar.specs.plan import OffloadModule
 
 
 def validate_megatron(argv: list[str], world_size: int, env: dict[str, str], compute_capability: float, rules: Rules) -> Rules:
@@ -184,7 +185,7 @@ def _precision_and_recompute(ns: Namespace, r: Rules) -> None:
     if ns.fine_grained_activation_offloading or offload:
         r.check(ns.fine_grained_activation_offloading and bool(offload), "--offload-modules goes with --fine-grained-activation-offloading",
                 f"fine_grained_activation_offloading={ns.fine_grained_activation_offloading}, offload_modules={offload}", "FGO")
-        known = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "layer_input")
+        known = [m.value for m in OffloadModule]  # Megatron's --offload-modules choices
         r.check(all(m in known for m in offload), "offload modules in {" + ", ".join(known) + "}", f"offload_modules={offload}", "FGO")
         r.check("layer_input" not in offload or granularity == "full", "offload module layer_input needs full recompute",
                 f"recompute_granularity={granularity}", "FGO")

@@ -49,11 +49,11 @@ RECOMPUTE_MODULE_ALIASES = {"norm": "layernorm", "act": "moe_act", "shared_exper
                             "core_attention": "core_attn"}
 
 
-def module_names(names: Any) -> list[str]:
+def module_names(names: Any, aliases: dict[str, str] = RECOMPUTE_MODULE_ALIASES) -> list[str]:
     """Module names as written ('layernorm+moe', 'norm, act' or a list of names or enums),
     lower-cased with the aliases of published tables resolved; unknown names are kept."""
     items = re.split(r"[+,\s]+", names) if isinstance(names, str) else [getattr(n, "value", n) for n in names]
-    return [RECOMPUTE_MODULE_ALIASES.get(n, n) for n in (str(i).strip().lower() for i in items) if n]
+    return [aliases.get(n, n) for n in (str(i).strip().lower() for i in items) if n]
 
 
 class OffloadModule(str, Enum):
@@ -205,23 +205,16 @@ class Plan(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _modules(cls, data: Any) -> Any:
-        """recompute_modules: 'layernorm+moe' (text form) or a list; aliases of published
-        tables (norm, act) resolved; deduplicated in the enum's order."""
-        if isinstance(data, dict) and data.get("recompute_modules") is not None:
-            names = module_names(data["recompute_modules"])
-            known = [m.value for m in RecomputeModule]
-            bad = [n for n in names if n not in known]
-            if bad:
-                raise ValueError(f"recompute_modules: unknown module {bad[0]!r}; known: {', '.join(known)}")
-            data = {**data, "recompute_modules": tuple(m for m in RecomputeModule if m.value in names)}
-        if isinstance(data, dict) and data.get("offload_modules") is not None:
-            items = data["offload_modules"]
-            names = re.split(r"[+,\s]+", items.lower()) if isinstance(items, str) else [str(getattr(n, "value", n)).lower() for n in items]
-            known = [m.value for m in OffloadModule]
-            bad = [n for n in names if n and n not in known]
-            if bad:
-                raise ValueError(f"offload_modules: unknown module {bad[0]!r}; known: {', '.join(known)}")
-            data = {**data, "offload_modules": tuple(m for m in OffloadModule if m.value in names)}
+        """recompute_modules and offload_modules: 'layernorm+moe' (text form) or a list; aliases
+        of published tables (norm, act) resolved for recompute; deduplicated in the enum's order."""
+        for key, enum, aliases in (("recompute_modules", RecomputeModule, RECOMPUTE_MODULE_ALIASES), ("offload_modules", OffloadModule, {})):
+            if isinstance(data, dict) and data.get(key) is not None:
+                names = module_names(data[key], aliases)
+                known = [m.value for m in enum]
+                bad = [n for n in names if n not in known]
+                if bad:
+                    raise ValueError(f"{key}: unknown module {bad[0]!r}; known: {', '.join(known)}")
+                data = {**data, key: tuple(m for m in enum if m.value in names)}
         return data
 
     @model_validator(mode="after")
