@@ -11,6 +11,7 @@ import numpy as np
 
 from autopar.cost.comm import Collective, Group, collective_seconds, place_group
 from autopar.cost.table import ORDER, PlanTable, vmap
+from autopar.errors import InputError
 from autopar.specs.costparams import CostParams
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
@@ -66,6 +67,13 @@ class Batch:
 
     def hbm_seconds(self, num_bytes):
         return num_bytes / (self.cluster.gpu.hbm_bytes_per_second * self.params.memory.hbm_efficiency)
+
+    def host_link_seconds(self, num_bytes):
+        """Seconds to move bytes one way over the GPU's host link (PCIe, or NVLink-C2C on Grace parts)."""
+        gbps = self.cluster.gpu.pcie_gb_per_s
+        if gbps is None:
+            raise InputError("gpu.pcie_gb_per_s", None, "activation offloading needs the GPU's host-link bandwidth")
+        return num_bytes / (gbps * 1e9)
 
     # ---- group placement by rank order -----------------------------------------------
     @cached_property

@@ -64,7 +64,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak,
         bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
         memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
-        host_memory_bytes_per_gpu=float(result.host_bytes[i]) if result.host_bytes is not None else 0.0,
+        host_memory_bytes_per_gpu=float(result.host_bytes[i]),
         worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,
         bottleneck=bottleneck(time), time_to_train_seconds=ttt,
         validated=family_error(family_of(model.is_moe, plan.zero, training.precision.value, cluster.gpu.architecture)),

@@ -32,19 +32,36 @@ def gemm_input_bytes(batch: Batch) -> float:
     return 1.0 if fp8 else batch.training.activation_bytes
 
 
+def routed_copies(batch: Batch) -> np.ndarray:
+    """Token copies a MoE layer's busiest expert rank holds per micro-batch: k per token it
+    routes, times the routing imbalance (moe.expert_load_factor)."""
+    t = batch.tab
+    return routed_tokens(batch.tokens, t.tp, t.etp, t.sp == 1) * batch.model.moe_top_k * expert_load_factor(batch)
+
+
+def qkv_bytes(batch: Batch) -> np.ndarray:
+    """Q, K and V of one micro-batch on a TP rank (the attention core's inputs)."""
+    m = batch.model
+    return batch.training.activation_bytes * batch.tokens * (m.num_attention_heads / batch.tab.tp * m.head_size + 2 * kv_heads_per_rank(batch) * m.head_size)
+
+
+def attention_output_bytes(batch: Batch) -> np.ndarray:
+    """The attention output the output projection keeps (the fused kernel's backward reads it;
+    an FP8 stack keeps the projection its own 1-byte copy)."""
+    m, B, Bi = batch.model, batch.training.activation_bytes, gemm_input_bytes(batch)
+    d_v = m.mla.v_head_dim if m.mla else m.head_size
+    return (B + (Bi if Bi < B else 0.0)) * batch.tokens * m.num_attention_heads / batch.tab.tp * d_v
+
+
 def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     """Bytes one micro-batch leaves stored by layer `index` with no recomputation."""
     m, t = batch.model, batch.tab.tp
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     Bi = gemm_input_bytes(batch)
-    h, a, d = m.hidden_size, m.num_attention_heads, m.head_size
-    d_v = m.mla.v_head_dim if m.mla else d
+    h, a = m.hidden_size, m.num_attention_heads
     drop = 1.0 if m.dropout else 0.0
-    # attention block: norm input, QKV input, Q, K, V, attention output (the fused kernel's
-    # backward reads it, the output projection its input; an FP8 stack keeps the projection its
-    # own 1-byte copy), dropout mask
-    out_proj = B + (Bi if Bi < B else 0.0)
-    total = (B + Bi) * T * h / tsp + B * T * (a / t * d + 2 * kv_heads_per_rank(batch) * d) + out_proj * T * a / t * d_v + drop * T * h / tsp
+    # attention block: norm input, QKV input, Q, K, V, attention output, dropout mask
+    total = (B + Bi) * T * h / tsp + qkv_bytes(batch) + attention_output_bytes(batch) + drop * T * h / tsp
     if batch.training.flash_attention:
         total = total + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
     else:
@@ -53,10 +70,10 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     total = total + (B + Bi) * T * h / tsp + drop * T * h / tsp
     mats = 3 if m.gated_mlp else 2
     if m.is_moe_layer(index):
-        k, f_e, et = m.moe_top_k, m.moe_ffn_hidden_size or 0, batch.tab.etp
+        f_e, et = m.moe_ffn_hidden_size or 0, batch.tab.etp
         # token copies at the busiest rank's experts (the grouped fc1's input), fc1 outputs,
         # activation output (fc2's input)
-        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * k * expert_load_factor(batch)
+        routed = routed_copies(batch)
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
         total = total + Bi * routed * h + B * routed * (mats - 1) * f_e / et + Bi * routed * f_e / et
         f_s = m.moe_shared_expert_ffn_size
@@ -110,18 +127,16 @@ def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -
     on = lambda mod: has_module(column, mod)  # noqa: E731
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     Bi = gemm_input_bytes(batch)
-    d = m.head_size
-    d_v = m.mla.v_head_dim if m.mla else d
     per_op = batch.stack.selective_recompute == "per_op"
     recomputed = selective_modules(t, per_op)
     out = np.where(on(OffloadModule.attn_norm), B * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.mlp_norm), B * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.qkv_linear) & ~has_module(recomputed, RecomputeModule.layernorm), Bi * T * m.hidden_size / tsp, 0.0)
-    out = out + np.where(on(OffloadModule.core_attn), B * T * (m.num_attention_heads / t.tp * d + 2 * kv_heads_per_rank(batch) * d), 0.0)
-    out = out + np.where(on(OffloadModule.attn_proj), (B + (Bi if Bi < B else 0.0)) * T * m.num_attention_heads / t.tp * d_v, 0.0)
+    out = out + np.where(on(OffloadModule.core_attn), qkv_bytes(batch), 0.0)
+    out = out + np.where(on(OffloadModule.attn_proj), attention_output_bytes(batch), 0.0)
     if m.is_moe_layer(index):
         mats = 3 if m.gated_mlp else 2
-        routed = routed_tokens(T, t.tp, t.etp, t.sp == 1) * m.moe_top_k * expert_load_factor(batch)
+        routed = routed_copies(batch)
         kept = ~has_module(recomputed, RecomputeModule.moe)
         out = out + np.where(on(OffloadModule.expert_fc1) & kept, Bi * routed * m.hidden_size, 0.0)
         out = out + np.where(on(OffloadModule.moe_act) & kept, B * routed * (mats - 1) * (m.moe_ffn_hidden_size or 0) / t.etp, 0.0)
@@ -148,7 +163,7 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * Bi * T * m.hidden_size / tsp, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
-        routed = routed_tokens(T, t.tp, t.etp, t.sp == 1) * m.moe_top_k * expert_load_factor(batch)
+        routed = routed_copies(batch)
         shared = (B * (mats - 1) + Bi) * T * f_s / t.tp
         experts = 4 * T * m.num_experts + Bi * routed * m.hidden_size + (B * (mats - 1) + Bi) * routed * f_e / t.etp
         out = out + np.where(on(RecomputeModule.moe), experts + shared,
@@ -169,7 +184,7 @@ def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
     v = kv_heads_per_rank(batch) * (m.mla.v_head_dim if m.mla else m.head_size)
     out = B * T * (2 * m.hidden_size / tsp + q + v + q) + 4 * T * m.num_attention_heads / t
     if m.is_moe_layer(index):
-        routed = routed_tokens(T, batch.tab.tp, batch.tab.etp, batch.tab.sp == 1) * m.moe_top_k * expert_load_factor(batch)
+        routed = routed_copies(batch)
         return out + B * routed * m.hidden_size + 4 * T * m.num_experts
     return out + B * T * m.ffn_hidden_size / t
 

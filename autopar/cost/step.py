@@ -300,14 +300,6 @@ def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
     return np.where(col(t.recompute) == FULL, k, 0.0)
 
 
-def host_link_seconds(b: Batch, num_bytes):
-    """Seconds to move bytes one way over the GPU's host link (PCIe, or NVLink-C2C on Grace parts)."""
-    gbps = b.cluster.gpu.pcie_gb_per_s
-    if gbps is None:
-        raise InputError("gpu.pcie_gb_per_s", None, "activation offloading needs the GPU's host-link bandwidth")
-    return num_bytes / (gbps * 1e9)
-
-
 def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.ndarray:
     """Seconds per micro-batch x stage that fine-grained activation offloading adds: each layer's
     offloaded bytes go to host on a side stream during its forward and come back during the
@@ -319,11 +311,11 @@ def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.
     if not bool(np.any(t.offload != NONE)):
         return np.zeros((len(t), counts.shape[1]))
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
-    layer_input = host_link_seconds(b, offloaded_input_bytes(b))
+    layer_input = b.host_link_seconds(offloaded_input_bytes(b))
     out = 0.0
     for j, i in enumerate(kinds):
         fwd, bwd = per_kind[j]["fwd"], per_kind[j]["bwd"]
-        copy = host_link_seconds(b, offloaded_bytes(b, i))
+        copy = b.host_link_seconds(offloaded_bytes(b, i))
         kept = np.maximum(copy - fwd, 0.0) + np.maximum(copy - bwd, 0.0)
         rebuilt = np.maximum(layer_input - fwd, 0.0) + np.maximum(layer_input - fwd - bwd, 0.0)
         out = out + counts[j] * ((1 - share) * col(kept) + share * col(rebuilt))
