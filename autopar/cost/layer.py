@@ -10,7 +10,7 @@ from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
-from autopar.cost.memory import kv_heads_per_rank
+from autopar.cost.memory import attention_kv_heads, kv_heads_per_rank
 from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
@@ -86,6 +86,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     sm_fwd, sm_bwd = _userbuffers_sm_seconds(batch, gemms, times)
     out["tp"], out["tp_bwd"] = out["tp"] + sm_fwd, out["tp_bwd"] + sm_bwd
     out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
+    out["cp_merge"], out["cp_merge_bwd"] = torch_cp_merge_seconds(batch)
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
@@ -199,6 +200,12 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd, regather
 
 
+def cp_kv_bytes(batch: Batch) -> np.ndarray:
+    """One rank's K and V of one micro-batch, as the CP exchange carries them (the heads the
+    attention kernel receives, memory.attention_kv_heads)."""
+    return 2 * batch.training.activation_bytes * batch.tokens * attention_kv_heads(batch) * batch.model.head_size
+
+
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
     """Forward CP traffic of one layer (seed 000 'Параллелизм по контексту: Ring Attention
     против Ulysses'): ring passes the local K, V chunk cp - 1 times; Ulysses runs two AllToAll
@@ -206,8 +213,7 @@ def cp_comm_seconds(batch: Batch) -> np.ndarray:
     m, t, B, T = batch.model, batch.tab, batch.training.activation_bytes, batch.tokens
     group = batch.group("cp")
     kv = kv_heads_per_rank(batch)
-    chunk = 2 * B * T * kv * m.head_size
-    ring = (t.cp - 1) * batch.collective(Collective.send_recv, chunk, batch.neighbour(group))
+    ring = (t.cp - 1) * batch.collective(Collective.send_recv, cp_kv_bytes(batch), batch.neighbour(group))
     qkv = B * T * (m.num_attention_heads / t.tp + 2 * kv) * m.head_size
     out = B * T * m.num_attention_heads / t.tp * m.head_size
     ulysses = batch.collective(Collective.all_to_all, qkv, group) + batch.collective(Collective.all_to_all, out, group)
@@ -220,9 +226,50 @@ def _cp_exposed(batch: Batch, attn_seconds: np.ndarray, attn_bwd_seconds: np.nda
     chunk in hand when S/cp >= FLOP/s / link bandwidth; the backward moves K, V and their
     gradients (2x) behind the backward attention work."""
     comm, use_ring = cp_comm_seconds(batch)
+    if batch.stack.context_parallel == "torch_allgather":
+        return _torch_cp_exposed(batch, attn_seconds, attn_bwd_seconds, use_ring, comm)
     fwd = np.where(use_ring, np.maximum(0.0, comm - attn_seconds), comm)
     bwd = np.where(use_ring, np.maximum(0.0, 2 * comm - attn_bwd_seconds), comm)
     return fwd, bwd
+
+
+def _torch_cp_exposed(batch: Batch, attn_seconds: np.ndarray, attn_bwd_seconds: np.ndarray,
+                      use_ring: np.ndarray, ulysses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py, the
+    default rotate_method ALL_GATHER; torchtitan's context_parallel_rotate_method 'allgather'):
+    the forward all-gathers every rank's K, V once, issued with the first block and waited
+    before the second, so only the first of the cp load-balanced blocks (1/cp of the work) hides
+    it; the backward gathers K, V again the same way and passes the fp32 dK, dV one hop per
+    block, each exchange waited after the next block's kernel and the last one after the loop."""
+    t, group = batch.tab, batch.group("cp")
+    kv = cp_kv_bytes(batch)
+    gather = batch.collective(Collective.all_gather, t.cp * kv, group)
+    grads = batch.collective(Collective.send_recv, 2 * kv, batch.neighbour(group))  # fp32: twice the bf16 bytes
+    block, block_bwd = attn_seconds / t.cp, attn_bwd_seconds / t.cp
+    fwd = np.maximum(0.0, gather - block)
+    bwd = np.maximum(0.0, gather - block_bwd) + (t.cp - 1) * np.maximum(0.0, grads - block_bwd) + grads
+    on = t.cp > 1
+    return np.where(on, np.where(use_ring, fwd, ulysses), 0.0), np.where(on, np.where(use_ring, bwd, ulysses), 0.0)
+
+
+def torch_cp_merge_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of PyTorch ring attention's eager fp32 merges and gradient
+    accumulations (profiles/cost/defaults.yaml attention.torch_cp_bytes): memory-bound kernels
+    on the compute stream, zero for other stacks and without CP."""
+    t = batch.tab
+    if batch.stack.context_parallel != "torch_allgather":
+        zero = np.zeros(len(t))
+        return zero, zero
+    nb = batch.params.attention.torch_cp_bytes
+    out_elems = batch.tokens * batch.model.num_attention_heads / t.tp * batch.model.head_size
+    kv_elems = cp_kv_bytes(batch) / batch.training.activation_bytes
+    steps, on = t.cp - 1, t.cp > 1
+
+    def seconds(per_out: tuple[float, float], per_kv: tuple[float, float]) -> np.ndarray:
+        moved = (per_out[0] * steps + per_out[1]) * out_elems + (per_kv[0] * steps + per_kv[1]) * kv_elems
+        return np.where(on, batch.hbm_seconds(moved), 0.0)
+
+    return seconds(nb.forward_output, nb.forward_kv), seconds(nb.backward_query, nb.backward_kv)
 
 
 def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
@@ -233,19 +280,21 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
     # EP dispatch and combine run forward and backward; with ep_overlap (Megatron 1F1B A2A
     # overlap, DualPipe) another micro-batch's compute of this layer hides them, but while they
     # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed)
-    compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"]
+    merge, merge_bwd = f["cp_merge"], f["cp_merge_bwd"]
+    compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"] + merge + merge_bwd
     ep_exposed = np.where(batch.tab.ep_overlap == 1, overlap_exposed(batch, 2 * f["ep"], compute), 2 * f["ep"])
     f["ep"] = ep_exposed / 2
-    layer_fwd = f["gemm"] + f["attn"] + f["elem"] + f["tp"] + f["cp"] + f["ep"]
+    layer_fwd = f["gemm"] + f["attn"] + f["elem"] + merge + f["tp"] + f["cp"] + f["ep"]
     return {
         "compute_gemm": (2 + w) * f["gemm"],
         "compute_attention": f["attn"] + f["attn_bwd"],
-        "compute_elementwise": f["elem"] + f["elem_bwd"],
+        # with PyTorch CP the ring attention's fp32 merges (torch_cp_merge_seconds)
+        "compute_elementwise": f["elem"] + f["elem_bwd"] + merge + merge_bwd,
         "tp_comm": f["tp"] + f["tp_bwd"],
         "cp_comm": f["cp"] + f["cp_bwd"],
         "ep_comm": 2 * f["ep"],
         "fwd": layer_fwd,
-        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
+        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + merge_bwd + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
         # per-op SAC (torchtitan): the recomputed GEMMs, every element-wise forward kernel and
@@ -261,7 +310,7 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
 def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool) -> dict[str, np.ndarray]:
     zero = np.zeros_like(f["gemm"])
     return {
-        "rc_core_attn": f["attn"] + f["cp"], "rcf_core_attn": f["attn_flops_counted"] + zero,
+        "rc_core_attn": f["attn"] + f["cp"] + f["cp_merge"], "rcf_core_attn": f["attn_flops_counted"] + zero,
         "rc_layernorm": f["norm_elem"], "rcf_layernorm": zero,
         "rc_mlp": zero if moe_layer else f["gemm_mlp"] + f["act_elem"], "rcf_mlp": zero + (0.0 if moe_layer else f["flops_mlp"]),
         "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),

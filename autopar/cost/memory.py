@@ -39,10 +39,29 @@ def routed_copies(batch: Batch) -> np.ndarray:
     return routed_tokens(batch.tokens, t.tp, t.etp, t.sp == 1) * batch.model.moe_top_k * expert_load_factor(batch)
 
 
+def attention_kv_heads(batch: Batch) -> np.ndarray:
+    """K and V heads per TP rank as the attention kernel receives them: the KV heads (GQA), or
+    every query head on a stack that repeats K, V before the kernel (StackSpec kv_heads_repeated;
+    autograd then keeps the repeated copies for the kernel's backward)."""
+    return batch.model.num_attention_heads / batch.tab.tp if batch.stack.kv_heads_repeated else kv_heads_per_rank(batch)
+
+
 def qkv_bytes(batch: Batch) -> np.ndarray:
     """Q, K and V of one micro-batch on a TP rank (the attention core's inputs)."""
     m = batch.model
-    return batch.training.activation_bytes * batch.tokens * (m.num_attention_heads / batch.tab.tp * m.head_size + 2 * kv_heads_per_rank(batch) * m.head_size)
+    return batch.training.activation_bytes * batch.tokens * (m.num_attention_heads / batch.tab.tp + 2 * attention_kv_heads(batch)) * m.head_size
+
+
+def torch_cp_buffer_bytes(batch: Batch) -> np.ndarray:
+    """Transient HBM of PyTorch's ring attention in one layer (StackSpec context_parallel
+    torch_allgather): the all-gathered K, V of the whole sequence (cp x the local K, V) and the
+    fp32 dQ, dK, dV accumulators of the backward (torch/distributed/tensor/experimental/_attention.py)."""
+    m, t, B = batch.model, batch.tab, batch.training.activation_bytes
+    if batch.stack.context_parallel != "torch_allgather":
+        return np.zeros(len(t))
+    kv = 2 * B * batch.tokens * attention_kv_heads(batch) * m.head_size
+    accumulators = 4 / B * (kv + B * batch.tokens * m.num_attention_heads / t.tp * m.head_size)
+    return np.where(t.cp > 1, t.cp * kv + accumulators, 0.0)
 
 
 def attention_output_bytes(batch: Batch) -> np.ndarray:

@@ -17,7 +17,7 @@ from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
-from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
+from autopar.cost.memory import (in_flight_microbatches, torch_cp_buffer_bytes, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
                                  recomputed_input_bytes, stored_activation_bytes)
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
@@ -461,6 +461,7 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P
     working = np.where(k_rec > 0, full_first, 0.0)  # one layer rebuilt during its backward
+    working = working + col(torch_cp_buffer_bytes(b))  # PyTorch CP's gathered K, V and fp32 gradients
     # offloaded tensors in transit: the layer being copied out and the one prefetched back
     moved_first = np.stack(moved, axis=1)[:, first_kind]
     working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))

@@ -35,10 +35,22 @@ class GemmParams(_Strict):
     fitted_architecture: str | None = Field(None, description="Architecture whose max_efficiency a calibration profile fitted (it outranks a part's MAMF)")
 
 
+class TorchCpBytes(_Strict):
+    """HBM bytes PyTorch's ring attention (torch/distributed/tensor/experimental/_attention.py)
+    moves outside the attention kernel, as [per ring step after the first, once per call], per
+    element of the local attention output (forward), query (backward) or K plus V (both)."""
+
+    forward_output: tuple[float, float] = Field(description="_SDPAMerger: fp32 upcast and merge of each block's output; casts in and out")
+    forward_kv: tuple[float, float] = Field(description="torch.cat of K and V into the exchange buffer at each step")
+    backward_query: tuple[float, float] = Field(description="fp32 accumulation of dQ (partial steps: chunk + cat); zero init and cast back")
+    backward_kv: tuple[float, float] = Field(description="fp32 accumulation of dK, dV, their cat into the exchange buffer, K, V cat; init and cast back")
+
+
 class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
         description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
+    torch_cp_bytes: TorchCpBytes = Field(description="HBM bytes of PyTorch context_parallel's eager merge and accumulation kernels")
 
     def efficiency(self, kernel: str, architecture: str) -> tuple[float, float]:
         """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""
