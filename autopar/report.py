@@ -43,7 +43,8 @@ def estimate_table(e: Estimate, title: str = "") -> str:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
     lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {gb_gib(e.memory_capacity_bytes)}")
     if e.host_memory_bytes_per_gpu:
-        lines.append(f"  {'offloaded to host (pinned)':<30} {_gb(e.host_memory_bytes_per_gpu)}  not in the total")
+        room = f"of {e.host_memory_capacity_bytes / 1e9:g} GB host share" if e.host_memory_capacity_bytes else "host capacity unknown"
+        lines.append(f"  {'offloaded to host (pinned)':<30} {_gb(e.host_memory_bytes_per_gpu)}  {room}; not in the total")
     return "\n".join(lines)
 
 

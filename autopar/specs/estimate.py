@@ -61,6 +61,7 @@ class Estimate(BaseModel):
     memory_capacity_bytes: float = Field(description="HBM per GPU, bytes")
     host_memory_bytes_per_gpu: float = Field(0.0, description="Activations offloaded to host memory at their peak (plan offload_modules), "
                                              "bytes per GPU; not part of memory_bytes_per_gpu")
+    host_memory_capacity_bytes: float | None = Field(None, description="The GPU's share of its node's host memory (cluster host_memory_gb_per_gpu), bytes; null = unknown")
     worst_stage: int = Field(description="Stage with the peak memory")
     memory_breakdown: dict[str, float] = Field(description="Bytes per component on the worst stage; sums to memory_bytes_per_gpu")
     time_breakdown: dict[str, float] = Field(description="Seconds per component of one step; sums to step_seconds")

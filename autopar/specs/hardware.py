@@ -153,6 +153,8 @@ class ClusterSpec(_Strict):
     tiers: list[NetworkTier] = Field(default_factory=list, description="Fabric tiers above the node, innermost first")
     sharp: bool = Field(False, description="InfiniBand SHARP in-network reduction available")
     price_usd_per_gpu_hour: float | None = Field(None, ge=0, description="Price per GPU-hour, USD")
+    host_memory_gb_per_gpu: float | None = Field(
+        None, gt=0, description="Each GPU's share of its node's CPU (host) memory, GB: the room activation offloading has; null = unknown (not checked)")
     mtbf_hours_per_gpu: float = Field(50_000.0, gt=0, description="Mean time between failures of one GPU (with its share of node), hours")
     calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")

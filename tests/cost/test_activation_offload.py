@@ -87,6 +87,23 @@ def test_memory_moves_to_host(h100_node, params):
     assert on.host_memory_bytes_per_gpu == 0.0
 
 
+def test_host_memory_capacity(h100_node, params):
+    """The offloaded bytes must fit the GPU's share of the node's host memory (dgx-h100: 2 TB
+    over 8 GPUs = 256 GB, NVIDIA DGX H100 user guide); a smaller share refuses the plan and
+    names the field, an unknown share is not checked."""
+    plan = parse_plan("tp=1,mbs=8,recompute=selective,recompute_modules=layernorm+moe_act,offload_modules=expert_fc1")
+    assert h100_node.host_memory_gb_per_gpu == 256
+    fits = estimate(MOE, h100_node, TRAINING, plan, params)
+    host = fits.host_memory_bytes_per_gpu
+    assert 0 < host < 256e9 and fits.feasible and fits.host_memory_capacity_bytes == 256e9
+    small = h100_node.model_copy(update={"host_memory_gb_per_gpu": host / 2 / 1e9})
+    refused = estimate(MOE, small, TRAINING, plan, params)
+    assert not refused.feasible
+    assert any("host_memory_gb_per_gpu" in r and f"{host / 1e9:.1f} GB" in r for r in refused.reasons)
+    unknown = estimate(MOE, h100_node.model_copy(update={"host_memory_gb_per_gpu": None}), TRAINING, plan, params)
+    assert unknown.feasible and unknown.host_memory_capacity_bytes is None
+
+
 def test_copy_shows_only_when_slower_than_the_layer(h100_node, params):
     """Per token of one Mixtral-like layer the copies are 2 k h + 2 k 2 FE bytes = 131 kB and the
     forward is about 2 k 3 h FE = 0.7 GFLOP (about 1 us at H100 GEMM rates): a 225 GB/s host link
