@@ -10,7 +10,7 @@ from autopar.cost.table import PlanTable
 from autopar.errors import InputError
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.estimate import Bottleneck, Estimate, StageEstimate
-from autopar.specs.hardware import GB, ClusterSpec, gb_gib
+from autopar.specs.hardware import ClusterSpec, gb_gib
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import TrainingSpec
@@ -28,14 +28,14 @@ def bottleneck(time: dict[str, float]) -> Bottleneck:
     return max(groups, key=lambda k: groups[k])
 
 
-def infeasibility(memory_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan, host_bytes: float = 0.0) -> list[str]:
+def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan) -> list[str]:
     reasons = []
     if memory_bytes > cluster.gpu.hbm_bytes:
         reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {gb_gib(cluster.gpu.hbm_bytes)}")
-    host_capacity = cluster.host_memory_gb_per_gpu
-    if host_capacity is not None and host_bytes > host_capacity * GB:
+    host_capacity = cluster.host_memory_bytes_per_gpu
+    if host_capacity is not None and host_bytes > host_capacity:
         reasons.append(f"host memory: offload_modules put {host_bytes / 1e9:.1f} GB per GPU in pinned host memory, "
-                       f"the node gives each GPU {host_capacity:g} GB (cluster host_memory_gb_per_gpu)")
+                       f"the node gives each GPU {cluster.host_memory_gb_per_gpu:g} GB (cluster host_memory_gb_per_gpu)")
     if plan.tp > cluster.gpus_per_node:
         reasons.append(f"tp={plan.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")
     return reasons
@@ -55,7 +55,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
     ttt = training.target_tokens / tps if training.target_tokens else None
     price = cluster.price_usd_per_gpu_hour
     pipeline = float(result.pipeline_seconds[i])
-    reasons = infeasibility(float(result.memory_bytes[i]), int(result.worst_stage[i]), cluster, plan, float(result.host_bytes[i]))
+    reasons = infeasibility(float(result.memory_bytes[i]), float(result.host_bytes[i]), int(result.worst_stage[i]), cluster, plan)
     stages = [StageEstimate(layers=n, recompute_layers=int(round(result.stage_recomputed_layers[i, s])),
                             memory_bytes=float(result.stage_memory_bytes[i, s]), seconds=float(result.stage_seconds[i, s]))
               for s, n in enumerate(result.stage_layers[i])]
@@ -69,7 +69,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
         memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
         host_memory_bytes_per_gpu=float(result.host_bytes[i]),
-        host_memory_capacity_bytes=cluster.host_memory_gb_per_gpu * GB if cluster.host_memory_gb_per_gpu is not None else None,
+        host_memory_capacity_bytes=cluster.host_memory_bytes_per_gpu,
         worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,
         bottleneck=bottleneck(time), time_to_train_seconds=ttt,
         validated=family_error(family_of(model.is_moe, plan.zero, training.precision.value, cluster.gpu.architecture)),

@@ -10,7 +10,7 @@ from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
-from autopar.cost.memory import attention_kv_heads, kv_heads_per_rank
+from autopar.cost.memory import attention_kv_bytes, kv_heads_per_rank, query_elements
 from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
@@ -200,12 +200,6 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd, regather
 
 
-def cp_kv_bytes(batch: Batch) -> np.ndarray:
-    """One rank's K and V of one micro-batch, as the CP exchange carries them (the heads the
-    attention kernel receives, memory.attention_kv_heads)."""
-    return 2 * batch.training.activation_bytes * batch.tokens * attention_kv_heads(batch) * batch.model.head_size
-
-
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
     """Forward CP traffic of one layer (seed 000 'Параллелизм по контексту: Ring Attention
     против Ulysses'): ring passes the local K, V chunk cp - 1 times; Ulysses runs two AllToAll
@@ -213,9 +207,9 @@ def cp_comm_seconds(batch: Batch) -> np.ndarray:
     m, t, B, T = batch.model, batch.tab, batch.training.activation_bytes, batch.tokens
     group = batch.group("cp")
     kv = kv_heads_per_rank(batch)
-    ring = (t.cp - 1) * batch.collective(Collective.send_recv, cp_kv_bytes(batch), batch.neighbour(group))
+    ring = (t.cp - 1) * batch.collective(Collective.send_recv, attention_kv_bytes(batch), batch.neighbour(group))
     qkv = B * T * (m.num_attention_heads / t.tp + 2 * kv) * m.head_size
-    out = B * T * m.num_attention_heads / t.tp * m.head_size
+    out = B * query_elements(batch)
     ulysses = batch.collective(Collective.all_to_all, qkv, group) + batch.collective(Collective.all_to_all, out, group)
     use_ring = (t.cp_algo == RING) | ((t.cp_algo == HYBRID) & (group.nodes > 1))
     return np.where(t.cp > 1, np.where(use_ring, ring, ulysses), 0.0), use_ring
@@ -226,7 +220,7 @@ def _cp_exposed(batch: Batch, attn_seconds: np.ndarray, attn_bwd_seconds: np.nda
     chunk in hand when S/cp >= FLOP/s / link bandwidth; the backward moves K, V and their
     gradients (2x) behind the backward attention work."""
     comm, use_ring = cp_comm_seconds(batch)
-    if batch.stack.context_parallel == "torch_allgather":
+    if batch.stack.torch_context_parallel:
         return _torch_cp_exposed(batch, attn_seconds, attn_bwd_seconds, use_ring, comm)
     fwd = np.where(use_ring, np.maximum(0.0, comm - attn_seconds), comm)
     bwd = np.where(use_ring, np.maximum(0.0, 2 * comm - attn_bwd_seconds), comm)
@@ -242,7 +236,7 @@ def _torch_cp_exposed(batch: Batch, attn_seconds: np.ndarray, attn_bwd_seconds: 
     it; the backward gathers K, V again the same way and passes the fp32 dK, dV one hop per
     block, each exchange waited after the next block's kernel and the last one after the loop."""
     t, group = batch.tab, batch.group("cp")
-    kv = cp_kv_bytes(batch)
+    kv = attention_kv_bytes(batch)
     gather = batch.collective(Collective.all_gather, t.cp * kv, group)
     grads = batch.collective(Collective.send_recv, 2 * kv, batch.neighbour(group))  # fp32: twice the bf16 bytes
     block, block_bwd = attn_seconds / t.cp, attn_bwd_seconds / t.cp
@@ -257,12 +251,11 @@ def torch_cp_merge_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     accumulations (profiles/cost/defaults.yaml attention.torch_cp_bytes): memory-bound kernels
     on the compute stream, zero for other stacks and without CP."""
     t = batch.tab
-    if batch.stack.context_parallel != "torch_allgather":
+    if not batch.stack.torch_context_parallel:
         zero = np.zeros(len(t))
         return zero, zero
     nb = batch.params.attention.torch_cp_bytes
-    out_elems = batch.tokens * batch.model.num_attention_heads / t.tp * batch.model.head_size
-    kv_elems = cp_kv_bytes(batch) / batch.training.activation_bytes
+    out_elems, kv_elems = query_elements(batch), attention_kv_bytes(batch) / batch.training.activation_bytes
     steps, on = t.cp - 1, t.cp > 1
 
     def seconds(per_out: tuple[float, float], per_kv: tuple[float, float]) -> np.ndarray:

@@ -46,6 +46,17 @@ def attention_kv_heads(batch: Batch) -> np.ndarray:
     return batch.model.num_attention_heads / batch.tab.tp if batch.stack.kv_heads_repeated else kv_heads_per_rank(batch)
 
 
+def attention_kv_bytes(batch: Batch) -> np.ndarray:
+    """K and V of one micro-batch on a TP rank as the attention kernel receives them (and a CP
+    exchange carries them), bytes."""
+    return 2 * batch.training.activation_bytes * batch.tokens * attention_kv_heads(batch) * batch.model.head_size
+
+
+def query_elements(batch: Batch) -> np.ndarray:
+    """Elements of one micro-batch's queries on a TP rank (as many as the attention output)."""
+    return batch.tokens * batch.model.num_attention_heads / batch.tab.tp * batch.model.head_size
+
+
 def qkv_bytes(batch: Batch) -> np.ndarray:
     """Q, K and V of one micro-batch on a TP rank (the attention core's inputs)."""
     m = batch.model
@@ -56,11 +67,11 @@ def torch_cp_buffer_bytes(batch: Batch) -> np.ndarray:
     """Transient HBM of PyTorch's ring attention in one layer (StackSpec context_parallel
     torch_allgather): the all-gathered K, V of the whole sequence (cp x the local K, V) and the
     fp32 dQ, dK, dV accumulators of the backward (torch/distributed/tensor/experimental/_attention.py)."""
-    m, t, B = batch.model, batch.tab, batch.training.activation_bytes
-    if batch.stack.context_parallel != "torch_allgather":
+    t = batch.tab
+    if not batch.stack.torch_context_parallel:
         return np.zeros(len(t))
-    kv = 2 * B * batch.tokens * attention_kv_heads(batch) * m.head_size
-    accumulators = 4 / B * (kv + B * batch.tokens * m.num_attention_heads / t.tp * m.head_size)
+    kv = attention_kv_bytes(batch)
+    accumulators = 4 * (kv / batch.training.activation_bytes + query_elements(batch))
     return np.where(t.cp > 1, t.cp * kv + accumulators, 0.0)
 
 

@@ -17,8 +17,8 @@ from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
-from autopar.cost.memory import (in_flight_microbatches, torch_cp_buffer_bytes, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
-                                 recomputed_input_bytes, stored_activation_bytes)
+from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
+                                 recomputed_input_bytes, stored_activation_bytes, torch_cp_buffer_bytes)
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
 from autopar.specs.plan import GradSync

@@ -188,6 +188,10 @@ class ClusterSpec(_Strict):
         return self.num_nodes * self.gpus_per_node
 
     @property
+    def host_memory_bytes_per_gpu(self) -> float | None:
+        return None if self.host_memory_gb_per_gpu is None else self.host_memory_gb_per_gpu * GB
+
+    @property
     def nic_bytes_per_second_per_gpu(self) -> float:
         return self.nic_gb_per_s_per_gpu * GB
 

@@ -5,6 +5,7 @@ fusion, what recompute=selective means, how TP communication overlaps and which 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -32,7 +33,7 @@ class StackSpec(StrictModel):
                                       "each AllGather and before each ReduceScatter (Megatron's [seq, batch, hidden] needs none)")
     fp8_tp_gathers_fp8: bool = Field(False, description="With tensorwise FP8, the forward TP AllGather carries the 1-byte FP8 "
                                      "cast of the column-parallel input, not its bf16 (torchao Float8ColwiseParallel)")
-    context_parallel: str = Field("ring", description="ring | torch_allgather: how CP moves K and V. ring: each chunk passes to "
+    context_parallel: Literal["ring", "torch_allgather"] = Field("ring", description="ring | torch_allgather: how CP moves K and V. ring: each chunk passes to "
                                   "the next rank behind the attention of the one in hand (Megatron/TE). torch_allgather: PyTorch's "
                                   "experimental context_parallel (torch/distributed/tensor/experimental/_attention.py, default "
                                   "rotate_method ALL_GATHER, convert_to_f32): one AllGather of every rank's K, V waited after the "
@@ -41,6 +42,10 @@ class StackSpec(StrictModel):
     kv_heads_repeated: bool = Field(False, description="K and V reach the attention kernel repeated to the query heads "
                                     "(torchtitan repeat_kv before SDPA), so CP exchanges carry every query head, not the KV heads")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
+
+    @property
+    def torch_context_parallel(self) -> bool:
+        return self.context_parallel == "torch_allgather"
 
     def kernel(self, architecture: str) -> str:
         return self.attention_kernel.get(architecture, "fa2")

@@ -102,3 +102,14 @@ def test_torchtitan_long_context_rows():
     cp8 = predict_row(rows["new-tt-dec24-t2-8b-8-fsdp1cp8"])
     assert cp2.error == pytest.approx(0.083, abs=0.02)   # 2,540 measured, 2,750 predicted (was +13.7%)
     assert cp8.error == pytest.approx(0.536, abs=0.03)   # 548 measured, 842 predicted (was +62.9%)
+
+
+def test_stack_refuses_an_unknown_cp_mechanism():
+    from pydantic import ValidationError
+
+    from autopar.specs.stack import StackSpec, load_stack
+
+    fields = load_stack(Stack.torchtitan).model_dump()
+    with pytest.raises(ValidationError, match="context_parallel"):
+        StackSpec.model_validate({**fields, "context_parallel": "allgather"})
+    assert load_stack(Stack.torchtitan).torch_context_parallel and not load_stack(Stack.megatron).torch_context_parallel
