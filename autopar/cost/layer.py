@@ -10,7 +10,7 @@ from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
-from autopar.cost.memory import attention_kv_bytes, kv_heads_per_rank, query_elements
+from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, kv_heads_per_rank, query_elements
 from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
@@ -255,7 +255,7 @@ def torch_cp_merge_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         zero = np.zeros(len(t))
         return zero, zero
     nb = batch.params.attention.torch_cp_bytes
-    out_elems, kv_elems = query_elements(batch), attention_kv_bytes(batch) / batch.training.activation_bytes
+    out_elems, kv_elems = query_elements(batch), attention_kv_elements(batch)
     steps, on = t.cp - 1, t.cp > 1
 
     def seconds(per_out: tuple[float, float], per_kv: tuple[float, float]) -> np.ndarray:

@@ -46,10 +46,15 @@ def attention_kv_heads(batch: Batch) -> np.ndarray:
     return batch.model.num_attention_heads / batch.tab.tp if batch.stack.kv_heads_repeated else kv_heads_per_rank(batch)
 
 
+def attention_kv_elements(batch: Batch) -> np.ndarray:
+    """Elements of K plus V of one micro-batch on a TP rank as the attention kernel receives
+    them (and a CP exchange carries them)."""
+    return 2 * batch.tokens * attention_kv_heads(batch) * batch.model.head_size
+
+
 def attention_kv_bytes(batch: Batch) -> np.ndarray:
-    """K and V of one micro-batch on a TP rank as the attention kernel receives them (and a CP
-    exchange carries them), bytes."""
-    return 2 * batch.training.activation_bytes * batch.tokens * attention_kv_heads(batch) * batch.model.head_size
+    """attention_kv_elements in the activation dtype, bytes."""
+    return batch.training.activation_bytes * attention_kv_elements(batch)
 
 
 def query_elements(batch: Batch) -> np.ndarray:
@@ -70,9 +75,8 @@ def torch_cp_buffer_bytes(batch: Batch) -> np.ndarray:
     t = batch.tab
     if not batch.stack.torch_context_parallel:
         return np.zeros(len(t))
-    kv = attention_kv_bytes(batch)
-    accumulators = 4 * (kv / batch.training.activation_bytes + query_elements(batch))
-    return np.where(t.cp > 1, t.cp * kv + accumulators, 0.0)
+    accumulators = 4 * (attention_kv_elements(batch) + query_elements(batch))
+    return np.where(t.cp > 1, t.cp * attention_kv_bytes(batch) + accumulators, 0.0)
 
 
 def attention_output_bytes(batch: Batch) -> np.ndarray:
