@@ -66,6 +66,22 @@ def layer_params(model: ModelSpec, index: int) -> tuple[float, float]:
     return attention_params(model) + dense_mlp_params(model) + norms, 0.0
 
 
+def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
+    """(linear modules of the dense-like weights, linear modules of the routed experts) of layer
+    `index` as a HuggingFace implementation builds them, one nn.Linear each (what DeepSpeed
+    ZeRO-3 fetches one at a time): q, k, v, o (MLA: q or q_a and q_b, kv_a, kv_b, o), the MLP's
+    3 (gated) or 2 matrices, an MoE layer's router and shared-expert matrices, and E x 3 (or 2)
+    expert matrices. Norms stay gathered (under DeepSpeed's persistence threshold)."""
+    if model.mla is not None:
+        attention = 4 + (model.mla.q_lora_rank is not None)
+    else:
+        attention = 4
+    if not model.is_moe_layer(index):
+        return attention + mlp_matrices(model), 0
+    shared = mlp_matrices(model) if model.moe_shared_expert_ffn_size else 0
+    return attention + 1 + shared, model.num_experts * mlp_matrices(model)
+
+
 def embedding_params(model: ModelSpec) -> float:
     return model.vocab_size * model.hidden_size
 

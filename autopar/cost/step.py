@@ -15,7 +15,7 @@ import numpy as np
 
 from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
-from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, logits_gemm
+from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, layer_weight_modules, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
                                  recomputed_input_bytes, stored_activation_bytes, torch_cp_buffer_bytes)
@@ -229,8 +229,9 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     # gradient and ZeRO-3 collectives hide behind a layer's time, but not behind the part of it
     # that is itself communication over the same network links
     fwd_window, bwd_window = _overlap_windows(b, parts, fwd, bwd)
-    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, n_layers, fwd_window,
-                                                                   bwd_window + parts["recompute"])
+    modules = np.array([layer_weight_modules(m, i) for i in kinds], dtype=float)
+    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, (dense_layer, routed_layer), modules.T, n_layers,
+                                                                   fwd_window, bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
     parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share)
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm",
@@ -336,7 +337,18 @@ def _overlap_windows(b: Batch, parts, fwd, bwd) -> tuple[np.ndarray, np.ndarray]
     return np.maximum(0.0, fwd - net / 2), np.maximum(0.0, bwd - net)
 
 
-def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _zero3_messages(b: Batch, params: np.ndarray, modules: float) -> tuple[float | np.ndarray, np.ndarray]:
+    """(AllGathers, ReduceScatters) that one layer's ZeRO-3 weights of `params` elements per rank
+    take (StackSpec.zero3_gather, zero3_reduce_bucket_elements): one of each per layer, or one
+    gather per linear module and one reduce-scatter per full gradient bucket: params / bucket of
+    them, a fraction of one when the layer fills part of a bucket that spans layers."""
+    gathers = modules if b.stack.zero3_gather == "module" else 1.0
+    bucket = b.stack.zero3_reduce_bucket_elements
+    scatters = np.ones_like(params) if bucket is None else np.maximum(params, 1.0) / bucket
+    return gathers, scatters
+
+
+def _fsdp_exposed(b: Batch, counts, layer_params_by_kind, modules, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ZeRO-3 / FSDP communication (seed 000 'FSDP ... около 3N_L коллективных операций';
     torch FSDP2 fully_shard; torch.distributed.pipelining). Per plan x stage: (exposed seconds
     per micro-batch, exposed seconds once per step, HBM seconds of the gather/scatter copies
@@ -348,7 +360,9 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     reshard is off; the last block is not resharded) and reduce-scatters each layer's gradients,
     sharing the link, behind the backward of the next layer; the last reduce-scatter is exposed.
     grad_sync=step (torch.distributed.pipelining): weights stay gathered through all
-    micro-batches and every reduce-scatter runs once after the last backward, not overlapped."""
+    micro-batches and every reduce-scatter runs once after the last backward, not overlapped.
+    A layer's gather and reduce-scatter are one collective each, or as many as the stack splits
+    them into (_zero3_messages: DeepSpeed's per-module gathers and gradient buckets)."""
     t, tr, prm = b.tab, b.training, b.params
     n = np.maximum(n_layers, 1)[None, :]
     c_f, c_b = fwd / n, bwd / n
@@ -356,14 +370,18 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, n_layers, fwd, bw
     reps, config_of = _per_group_config(b)
     # dense weights shard over the ZeRO group; routed experts over their expert-data-parallel
     # group (strided by ep x etp: often one rank per node), each with its own collectives
+    dense_layer, routed_layer = layer_params_by_kind
     for j in range(len(dense_layer)):
-        for params_of, name in ((lambda x: dense_layer[j] / x.tp, "zero"), (lambda x: routed_layer[j] / (x.ep * x.etp), "edp")):
+        for params_of, name, kind_modules in ((lambda x: dense_layer[j] / x.tp, "zero", modules[0][j]),
+                                              (lambda x: routed_layer[j] / (x.ep * x.etp), "edp", modules[1][j])):
             params = np.broadcast_to(params_of(t), (len(t),))
             if not np.any(params):
                 continue
             rep_params = params_of(reps.tab)
-            ag = reps.collective(Collective.all_gather, rep_params * tr.weight_bytes_per_param, reps.group(name))[config_of]
-            rs = reps.collective(Collective.reduce_scatter, rep_params * tr.grad_reduce_bytes_per_param, reps.group(name))[config_of]
+            n_ag, n_rs = _zero3_messages(b, rep_params, kind_modules)
+            ag = (n_ag * reps.collective(Collective.all_gather, rep_params * tr.weight_bytes_per_param / n_ag, reps.group(name)))[config_of]
+            rs = (n_rs * reps.collective(Collective.reduce_scatter, rep_params * tr.grad_reduce_bytes_per_param / n_rs,
+                                         reps.group(name)))[config_of]
             ag_total = ag_total + counts[j][None, :] * ag[:, None]
             rs_total = rs_total + counts[j][None, :] * rs[:, None]
             copies = copies + counts[j][None, :] * params[:, None]

@@ -15,7 +15,8 @@ import json
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines
 from autopar.emit.deepspeed_script import HELPER, render_helper
 from autopar.specs.plan import CpAlgo, Plan, Recompute, Schedule
-from autopar.specs.training import Precision, TrainingSpec
+from autopar.specs.stack import load_stack
+from autopar.specs.training import Precision, Stack, TrainingSpec
 
 FRAMEWORK = "deepspeed"
 CONFIG = "ds_config.json"
@@ -88,8 +89,9 @@ def build_config(job: EmitJob) -> dict:
         config["bf16"] = {"enabled": True}
     # dtype of the gradient reduction on the wire (the plan's grad_reduce_bytes_per_param)
     config["communication_data_type"] = "fp32" if t.grad_reduce_bytes_per_param >= 4 else ("fp16" if t.precision == Precision.fp16 else "bf16")
+    # the reduce bucket the cost model's ZeRO-3 reduce-scatters carry (profiles/stacks/deepspeed.yaml)
     zero: dict = {"stage": plan.zero, "overlap_comm": True, "contiguous_gradients": True,
-                  "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000}
+                  "reduce_bucket_size": load_stack(Stack.deepspeed).zero3_reduce_bucket_elements, "allgather_bucket_size": 500_000_000}
     if plan.zero == 3:
         zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000,
                      "stage3_gather_16bit_weights_on_model_save": True})

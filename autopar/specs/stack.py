@@ -41,6 +41,14 @@ class StackSpec(StrictModel):
                                   "the ring in fp32 one block at a time")
     kv_heads_repeated: bool = Field(False, description="K and V reach the attention kernel repeated to the query heads "
                                     "(torchtitan repeat_kv before SDPA), so CP exchanges carry every query head, not the KV heads")
+    zero3_gather: Literal["layer", "module"] = Field("layer", description="layer | module: what one ZeRO-3 AllGather fetches. "
+                                                     "layer: a wrapped transformer block's flat parameters (FSDP1 FlatParameter, "
+                                                     "FSDP2 fully_shard per block, Megatron-FSDP's per-layer buckets). module: the "
+                                                     "parameters of one sub-module as its forward or backward hook fetches them "
+                                                     "(DeepSpeed ZeRO-3: one collective per linear module, so a layer's gather is "
+                                                     "several smaller collectives, each paying the ring's latency)")
+    zero3_reduce_bucket_elements: int | None = Field(None, gt=0, description="Gradient elements one ZeRO-3 ReduceScatter carries "
+                                                     "(DeepSpeed reduce_bucket_size); null = one per layer")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     @property

@@ -42,6 +42,14 @@ def test_round_trip_fp16_fp32_reduce():
     assert training_key(parse_deepspeed_config(config, 16, 32)[1]) == training_key(job.training)
 
 
+def test_zero3_buckets_are_the_costed_ones():
+    # the cost model's ZeRO-3 reduce-scatters carry profiles/stacks/deepspeed.yaml's bucket
+    # (5e8 elements, DeepSpeed's reduce_bucket_size default); the config must run that bucket
+    zero = config_of(make_job(*GOOD["zero3_full"]))["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 500_000_000
+    assert (zero["stage3_prefetch_bucket_size"], zero["stage3_param_persistence_threshold"]) == (50_000_000, 100_000)
+
+
 def test_batch_keys_and_pipeline_section():
     config = config_of(make_job(*GOOD["zero1_pp"]))
     # 256 = micro 2 * gradient accumulation 16 * dp 8 (16 GPUs / 2 stages)
