@@ -21,10 +21,12 @@ class StackSpec(StrictModel):
     name: str = Field(description="Stack name (autopar.specs.training.Stack)")
     description: str = Field("", description="What software this is")
     attention_kernel: dict[str, str] = Field(description="GPU architecture -> fused attention kernel (fa2 | fa3 | cudnn), profiles/cost/defaults.yaml attention.kernels")
-    elementwise: str = Field(description="fused | eager: which element-wise kernels run (memory.eager_extra_bytes for eager)")
-    selective_recompute: str = Field(description="core_attention (Megatron) | per_op (torchtitan per-op SAC): what recompute=selective recomputes")
-    tp_overlap: str = Field(description="userbuffers | async_tp | none: the TP communication overlap the stack has")
-    fsdp: str = Field(description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation")
+    elementwise: Literal["fused", "eager"] = Field(description="fused | eager: which element-wise kernels run (memory.eager_extra_bytes for eager)")
+    selective_recompute: Literal["core_attention", "per_op"] = Field(description="core_attention (Megatron) | per_op (torchtitan per-op SAC): what recompute=selective recomputes")
+    tp_overlap: Literal["userbuffers", "async_tp", "none"] = Field(description="userbuffers | async_tp | none: the TP communication overlap the stack has")
+    fsdp: Literal["fsdp2", "fsdp1", "megatron-fsdp", "deepspeed-zero3"] = Field(
+        description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation (fsdp2: the copy-out and "
+                    "copy-in kernels around each collective, memory.fsdp2_*_bytes_per_element)")
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.tensorwise, description="FP8 scaling the stack runs unless the training spec names one")
     fp8_saves_gemm_inputs: bool = Field(False, description="With FP8 GEMMs, a linear layer keeps its input for the weight "
                                         "gradient as the 1-byte FP8 copy it cast (Transformer Engine), not in bf16 (torchao)")

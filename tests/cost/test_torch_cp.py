@@ -113,4 +113,10 @@ def test_stack_refuses_an_unknown_cp_mechanism():
     fields = load_stack(Stack.torchtitan).model_dump()
     with pytest.raises(ValidationError, match="context_parallel"):
         StackSpec.model_validate({**fields, "context_parallel": "allgather"})
+    # every switch the cost model compares by name is a closed set: a typo in a stack file
+    # would otherwise silently select the other branch (e.g. 'fsdp_2' costing no FSDP2 copies)
+    for field, typo in (("fsdp", "fsdp_2"), ("elementwise", "Eager"), ("selective_recompute", "per-op"),
+                        ("tp_overlap", "asynctp"), ("zero3_gather", "modules")):
+        with pytest.raises(ValidationError, match=field):
+            StackSpec.model_validate({**fields, field: typo})
     assert load_stack(Stack.torchtitan).torch_context_parallel and not load_stack(Stack.megatron).torch_context_parallel
