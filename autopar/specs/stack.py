@@ -51,6 +51,9 @@ class StackSpec(StrictModel):
                                                      "several smaller collectives, each paying the ring's latency)")
     zero3_reduce_bucket_elements: int | None = Field(None, gt=0, description="Gradient elements one ZeRO-3 ReduceScatter carries "
                                                      "(DeepSpeed reduce_bucket_size); null = one per layer")
+    zero3_live_elements: int | None = Field(None, gt=0, description="Gathered ZeRO-3 parameter elements the prefetcher keeps "
+                                            "live (DeepSpeed stage3_max_live_parameters); null = the layer in hand and the "
+                                            "prefetched next one")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     @property

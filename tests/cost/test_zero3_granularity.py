@@ -73,3 +73,12 @@ def test_deepspeed_cost_grows_with_the_shard_group():
     ds, fsdp = _estimate(Stack.deepspeed, 1536), _estimate(Stack.pytorch_fsdp, 1536)
     assert ds.time_breakdown["fsdp_comm"] > 5.0 * fsdp.time_breakdown["fsdp_comm"]
     assert ds.step_seconds > 2.0 * fsdp.step_seconds
+
+
+def test_deepspeed_keeps_its_live_parameters_gathered():
+    # FSDP holds the layer in hand and the prefetched next one: 2 x 202.4M x 2 B = 0.81 GB;
+    # DeepSpeed's prefetcher runs ahead until stage3_max_live_parameters (1e9) are gathered:
+    # 2.0 GB, 1.19 GB more (the 7B model's 6.7B parameters are far above the cap)
+    ds, fsdp = _estimate(Stack.deepspeed, 8), _estimate(Stack.pytorch_fsdp, 8)
+    extra = ds.memory_breakdown["working_buffers"] - fsdp.memory_breakdown["working_buffers"]
+    assert extra == pytest.approx(2 * 1e9 - 2 * 2 * 202.4e6, rel=0.01)
