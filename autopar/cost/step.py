@@ -488,10 +488,11 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)
     # ZeRO-3 holds the gathered weights of the layer in hand and the prefetched next one; with
-    # reshard off every layer's gathered weights stay until its backward (the stage's weights)
-    # (DeepSpeed's prefetcher instead keeps up to stage3_max_live_parameters gathered)
-    gathered = np.where(col(t.reshard) == 1, 2 * layer_w, (dense + routed) - out["weights"] / tr.weight_bytes_per_param)
-    if b.stack.zero3_live_elements is not None:
+    # reshard off every layer's gathered weights stay until its backward (the stage's weights);
+    # DeepSpeed's prefetcher instead keeps up to stage3_max_live_parameters gathered
+    if b.stack.zero3_live_elements is None:
+        gathered = np.where(col(t.reshard) == 1, 2 * layer_w, (dense + routed) - out["weights"] / tr.weight_bytes_per_param)
+    else:
         gathered = np.minimum(float(b.stack.zero3_live_elements), dense + routed)
     out["working_buffers"] = working + np.where(zero == 3, tr.weight_bytes_per_param * gathered, 0.0)
     allocated = sum(out.values())

@@ -89,12 +89,14 @@ def build_config(job: EmitJob) -> dict:
         config["bf16"] = {"enabled": True}
     # dtype of the gradient reduction on the wire (the plan's grad_reduce_bytes_per_param)
     config["communication_data_type"] = "fp32" if t.grad_reduce_bytes_per_param >= 4 else ("fp16" if t.precision == Precision.fp16 else "bf16")
-    # the reduce bucket the cost model's ZeRO-3 reduce-scatters carry (profiles/stacks/deepspeed.yaml)
+    # the reduce bucket and live-parameter window the cost model's ZeRO-3 terms assume
+    # (profiles/stacks/deepspeed.yaml), written out so that config and estimate agree
+    stack = load_stack(Stack.deepspeed)
     zero: dict = {"stage": plan.zero, "overlap_comm": True, "contiguous_gradients": True,
-                  "reduce_bucket_size": load_stack(Stack.deepspeed).zero3_reduce_bucket_elements, "allgather_bucket_size": 500_000_000}
+                  "reduce_bucket_size": stack.zero3_reduce_bucket_elements, "allgather_bucket_size": 500_000_000}
     if plan.zero == 3:
         zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000,
-                     "stage3_gather_16bit_weights_on_model_save": True})
+                     "stage3_max_live_parameters": stack.zero3_live_elements, "stage3_gather_16bit_weights_on_model_save": True})
     config["zero_optimization"] = zero
     if plan.recompute == Recompute.full:
         config["activation_checkpointing"] = {

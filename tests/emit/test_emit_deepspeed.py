@@ -48,6 +48,8 @@ def test_zero3_buckets_are_the_costed_ones():
     zero = config_of(make_job(*GOOD["zero3_full"]))["zero_optimization"]
     assert zero["reduce_bucket_size"] == 500_000_000
     assert (zero["stage3_prefetch_bucket_size"], zero["stage3_param_persistence_threshold"]) == (50_000_000, 100_000)
+    # and the live-parameter window the working-buffer memory counts (stage3_max_live_parameters)
+    assert zero["stage3_max_live_parameters"] == 1_000_000_000
 
 
 def test_batch_keys_and_pipeline_section():
