@@ -10,7 +10,7 @@ from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
-from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, kv_heads_per_rank, query_elements
+from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, qkv_bytes, query_elements
 from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
@@ -204,13 +204,11 @@ def cp_comm_seconds(batch: Batch) -> np.ndarray:
     """Forward CP traffic of one layer (seed 000 'Параллелизм по контексту: Ring Attention
     против Ulysses'): ring passes the local K, V chunk cp - 1 times; Ulysses runs two AllToAll
     (q, k, v in; output back); hybrid is Ulysses inside a node and ring across nodes."""
-    m, t, B, T = batch.model, batch.tab, batch.training.activation_bytes, batch.tokens
+    t, B = batch.tab, batch.training.activation_bytes
     group = batch.group("cp")
-    kv = kv_heads_per_rank(batch)
     ring = (t.cp - 1) * batch.collective(Collective.send_recv, attention_kv_bytes(batch), batch.neighbour(group))
-    qkv = B * T * (m.num_attention_heads / t.tp + 2 * kv) * m.head_size
     out = B * query_elements(batch)
-    ulysses = batch.collective(Collective.all_to_all, qkv, group) + batch.collective(Collective.all_to_all, out, group)
+    ulysses = batch.collective(Collective.all_to_all, qkv_bytes(batch), group) + batch.collective(Collective.all_to_all, out, group)
     use_ring = (t.cp_algo == RING) | ((t.cp_algo == HYBRID) & (group.nodes > 1))
     return np.where(t.cp > 1, np.where(use_ring, ring, ulysses), 0.0), use_ring
 

@@ -230,7 +230,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     # that is itself communication over the same network links
     fwd_window, bwd_window = _overlap_windows(b, parts, fwd, bwd)
     modules = np.array([layer_weight_modules(m, i) for i in kinds], dtype=float)
-    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, (dense_layer, routed_layer), modules.T, n_layers,
+    parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, modules, n_layers,
                                                                    fwd_window, bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
     parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share)
@@ -348,7 +348,7 @@ def _zero3_messages(b: Batch, params: np.ndarray, modules: float) -> tuple[float
     return gathers, scatters
 
 
-def _fsdp_exposed(b: Batch, counts, layer_params_by_kind, modules, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, modules, n_layers, fwd, bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ZeRO-3 / FSDP communication (seed 000 'FSDP ... около 3N_L коллективных операций';
     torch FSDP2 fully_shard; torch.distributed.pipelining). Per plan x stage: (exposed seconds
     per micro-batch, exposed seconds once per step, HBM seconds of the gather/scatter copies
@@ -370,10 +370,9 @@ def _fsdp_exposed(b: Batch, counts, layer_params_by_kind, modules, n_layers, fwd
     reps, config_of = _per_group_config(b)
     # dense weights shard over the ZeRO group; routed experts over their expert-data-parallel
     # group (strided by ep x etp: often one rank per node), each with its own collectives
-    dense_layer, routed_layer = layer_params_by_kind
-    for j in range(len(dense_layer)):
-        for params_of, name, kind_modules in ((lambda x: dense_layer[j] / x.tp, "zero", modules[0][j]),
-                                              (lambda x: routed_layer[j] / (x.ep * x.etp), "edp", modules[1][j])):
+    for j in range(len(dense_layer)):  # modules[j]: (dense-like, routed) linear modules of kind j
+        for params_of, name, kind_modules in ((lambda x: dense_layer[j] / x.tp, "zero", modules[j][0]),
+                                              (lambda x: routed_layer[j] / (x.ep * x.etp), "edp", modules[j][1])):
             params = np.broadcast_to(params_of(t), (len(t),))
             if not np.any(params):
                 continue
