@@ -34,6 +34,8 @@ def mlp_matrices(model: ModelSpec) -> int:
 
 
 def attention_params(model: ModelSpec) -> float:
+    """Weights of a softmax-attention block: Q, K, V and output projections (MLA: its low-rank
+    factors), plus the output gate's query-wide projection where the model has one."""
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
     if model.mla is not None:
         m = model.mla
@@ -41,7 +43,20 @@ def attention_params(model: ModelSpec) -> float:
         q = h * a * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank * a * qk
         kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv + a * m.v_head_dim * h
-    return h * a * d + 2 * h * g * d + a * d * h
+    return h * a * d * (2 if model.attention_output_gate else 1) + 2 * h * g * d + a * d * h
+
+
+def linear_attention_params(model: ModelSpec) -> float:
+    """Weights of a Gated DeltaNet block (Megatron gdn.py, HF Qwen3NextGatedDeltaNet): the
+    in-projection, the depthwise convolution, a decay rate and a time-step bias per value head,
+    the gated norm's weight and the out-projection."""
+    la, h = model.linear_attention, model.hidden_size
+    return h * la.in_proj_width + la.conv_kernel_dim * la.conv_width + 2 * la.num_value_heads + la.value_head_dim + la.v_dim * h
+
+
+def mixer_params(model: ModelSpec, index: int) -> float:
+    """Weights of layer `index`'s token mixer: linear or softmax attention."""
+    return linear_attention_params(model) if model.is_linear_attention_layer(index) else attention_params(model)
 
 
 def dense_mlp_params(model: ModelSpec) -> float:
@@ -62,8 +77,8 @@ def layer_params(model: ModelSpec, index: int) -> tuple[float, float]:
     """(dense-like params, routed-expert params) of layer `index`, norms included in dense."""
     norms = 2 * model.hidden_size
     if model.is_moe_layer(index):
-        return attention_params(model) + moe_nonexpert_mlp_params(model) + norms, model.num_experts * expert_params(model)
-    return attention_params(model) + dense_mlp_params(model) + norms, 0.0
+        return mixer_params(model, index) + moe_nonexpert_mlp_params(model) + norms, model.num_experts * expert_params(model)
+    return mixer_params(model, index) + dense_mlp_params(model) + norms, 0.0
 
 
 def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
@@ -71,8 +86,11 @@ def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
     `index` as a HuggingFace implementation builds them, one nn.Linear each (what DeepSpeed
     ZeRO-3 fetches one at a time): q, k, v, o (MLA: q or q_a and q_b, kv_a, kv_b, o), the MLP's
     3 (gated) or 2 matrices, an MoE layer's router and shared-expert matrices, and E x 3 (or 2)
-    expert matrices. Norms stay gathered (under DeepSpeed's persistence threshold)."""
-    if model.mla is not None:
+    expert matrices. Norms stay gathered (under DeepSpeed's persistence threshold). A Gated
+    DeltaNet mixer: in_proj_qkvz, in_proj_ba, the convolution and out_proj (HF Qwen3-Next)."""
+    if model.is_linear_attention_layer(index):
+        attention = 4
+    elif model.mla is not None:
         attention = 4 + (model.mla.q_lora_rank is not None)
     else:
         attention = 4
@@ -115,7 +133,13 @@ def active_params_per_token(model: ModelSpec) -> float:
 
 def attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: int, causal: bool) -> float:
     """Scores (Q K^T) and values (P V) forward FLOPs of layer `index` per query token, over the
-    keys the layer's span lets a query see (ModelSpec.attention_keys_per_query)."""
+    keys the layer's span lets a query see (ModelSpec.attention_keys_per_query). A linear-attention
+    layer: its causal convolution and its delta rule's four state products per value head
+    (K K^T, V K^T, the decayed state update, S Q: 4 d_k d_v multiply-adds; Megatron-LM
+    training.py gdn_layer_flops), the same for every token whatever the sequence length."""
+    if model.is_linear_attention_layer(index):
+        la = model.linear_attention
+        return 2.0 * (la.conv_kernel_dim * la.conv_width + 4 * la.num_value_heads * la.key_head_dim * la.value_head_dim)
     a = model.num_attention_heads
     if model.mla is not None:
         per_key = 2 * a * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
@@ -145,7 +169,10 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
     routed = tokens if moe_tokens is None else moe_tokens
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
     out: list[Gemm] = []
-    if model.mla is not None:
+    if model.is_linear_attention_layer(index):
+        la = model.linear_attention
+        out += [Gemm("linear/in_proj", tokens, la.in_proj_width / tp, h), Gemm("linear/out", tokens, h, la.v_dim / tp)]
+    elif model.mla is not None:
         m = model.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         if m.q_lora_rank is None:
@@ -156,7 +183,8 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
                 Gemm("attention/kv_up", tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
                 Gemm("attention/out", tokens, h, a * m.v_head_dim / tp)]
     else:
-        out += [Gemm("attention/qkv", tokens, (a * d + 2 * g * d) / tp, h), Gemm("attention/out", tokens, h, a * d / tp)]
+        gate = a * d if model.attention_output_gate else 0  # the gate's projection rides with the query's
+        out += [Gemm("attention/qkv", tokens, (a * d + gate + 2 * g * d) / tp, h), Gemm("attention/out", tokens, h, a * d / tp)]
     mats = mlp_matrices(model)
     if model.is_moe_layer(index):
         f_e = model.moe_ffn_hidden_size or 0

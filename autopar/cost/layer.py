@@ -52,7 +52,10 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["attn_flops"] = attention_core_flops_per_token(m, index, tr.seq_len, causal=tr.flash_attention) * T / t.tp
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
     out["attn_flops_counted"] = attention_core_flops_per_token(m, index, tr.seq_len, causal=False) * T / t.tp
-    if tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
+    linear = m.is_linear_attention_layer(index)
+    if linear:  # Gated DeltaNet: memory-bound chunked kernels, whatever the stack's attention kernel
+        out["attn"], out["attn_bwd"] = linear_attention_seconds(batch)
+    elif tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
         peak = batch.cluster.gpu.peak_flops_per_second("bf16")
         e_fwd, e_bwd = prm.attention.efficiency(batch.stack.kernel(batch.cluster.gpu.architecture), batch.cluster.gpu.architecture)
         out["attn"] = out["attn_flops"] / (peak * e_fwd)
@@ -78,15 +81,19 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
     else:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
-    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act) if batch.stack.elementwise == "eager" else (0.0, 0.0)
+    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, linear) if batch.stack.elementwise == "eager" else (0.0, 0.0)
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
     out["tp"], out["tp_bwd"], out["sac_tp"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
     sm_fwd, sm_bwd = _userbuffers_sm_seconds(batch, gemms, times)
     out["tp"], out["tp_bwd"] = out["tp"] + sm_fwd, out["tp_bwd"] + sm_bwd
-    out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
-    out["cp_merge"], out["cp_merge_bwd"] = torch_cp_merge_seconds(batch)
+    if linear:
+        out["cp"] = out["cp_bwd"] = linear_attention_cp_seconds(batch)
+        out["cp_merge"] = out["cp_merge_bwd"] = np.zeros(len(t))
+    else:
+        out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
+        out["cp_merge"], out["cp_merge_bwd"] = torch_cp_merge_seconds(batch)
     if m.is_moe_layer(index):  # dispatch and combine, forward (the backward moves the same)
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
@@ -97,8 +104,8 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
 # the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row
 # parallel, ReduceScatter after) and the 'bulk' method (backward dgrad and wgrad of the column
 # parallel GEMMs, beside their ReduceScatter / AllGather)
-USERBUFFERS_PIPELINE = ("attention/out", "mlp/fc2", "moe/shared_fc2")
-USERBUFFERS_BULK = ("attention/qkv", "mlp/fc1", "moe/shared_fc1")
+USERBUFFERS_PIPELINE = ("attention/out", "linear/out", "mlp/fc2", "moe/shared_fc2")
+USERBUFFERS_BULK = ("attention/qkv", "linear/in_proj", "mlp/fc1", "moe/shared_fc1")
 
 
 def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.ndarray]:
@@ -116,14 +123,15 @@ def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.
     return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
 
-def _eager_extra_bytes(batch: Batch, f_act) -> tuple[np.ndarray, np.ndarray]:
+def _eager_extra_bytes(batch: Batch, f_act, linear: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
     [forward, backward]: two norms (h per token, sequence-sharded with SP), RoPE on the query
     and key heads, the gated product's F elements, the attention output's layout copy
-    (profiles/cost/defaults.yaml memory.eager_extra_bytes)."""
+    (profiles/cost/defaults.yaml memory.eager_extra_bytes). A linear-attention layer has no
+    RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
     m, t, T, x = batch.model, batch.tab, batch.tokens, batch.params.memory.eager_extra_bytes
-    q = m.num_attention_heads * m.head_size / t.tp
-    k = m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+    q = 0.0 if linear else m.num_attention_heads * m.head_size / t.tp
+    k = 0.0 if linear else m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
     gated = 1.0 if m.gated_mlp else 0.0
     rope = 1.0 if m.position_embedding == "rope" else 0.0
     out = []
@@ -198,6 +206,35 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     # it does the forward's (same exposed share)
     regather = np.where(t.sp == 1, pairs * gather_fwd * (1 - hidden), 0.0) + gather_copies
     return fwd * (1 - hidden) + copies_fwd, bwd * (1 - backward_hidden) + copies_bwd, regather
+
+
+def linear_attention_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of a Gated DeltaNet mixer's kernels on one micro-batch: the
+    chunked delta rule's HBM traffic per value head on this TP rank (heads split across TP as
+    Megatron-Core's GDN splits them) and the convolution, Q/K L2 norms and gated output norm
+    around it (profiles/cost/defaults.yaml attention.linear_attention; memory-bound, see there)."""
+    la, p, t = batch.model.linear_attention, batch.params.attention.linear_attention, batch.tab
+    state = la.key_head_dim * la.value_head_dim / p.chunk_tokens
+
+    def moved(i: int) -> np.ndarray:
+        per_head = p.element_bytes * (p.key_elements[i] * la.key_head_dim + p.value_elements[i] * la.value_head_dim
+                                      + p.state_elements[i] * state) + 4.0 * p.chunk_matrix_fp32[i] * p.chunk_tokens
+        around = p.conv_bytes[i] * la.conv_width + p.l2norm_bytes[i] * 2 * la.qk_dim + p.gated_norm_bytes[i] * la.v_dim
+        return batch.tokens * (la.num_value_heads * per_head + around) / t.tp
+
+    return batch.hbm_seconds(moved(0)), batch.hbm_seconds(moved(1))
+
+
+def linear_attention_cp_seconds(batch: Batch) -> np.ndarray:
+    """Seconds of a Gated DeltaNet layer's CP exchange, each pass: the recurrence needs the whole
+    sequence, so Megatron-Core's GDN trades sequence shards for head shards before it
+    (a2a_cp_to_hp on the in-projection's output) and back after (the output), two AllToAll on
+    the CP group, not overlapped (megatron/core/ssm/gated_delta_net)."""
+    la, t, B = batch.model.linear_attention, batch.tab, batch.training.activation_bytes
+    group = batch.group("cp")
+    inbound = batch.collective(Collective.all_to_all, B * batch.tokens * la.in_proj_width / t.tp, group)
+    outbound = batch.collective(Collective.all_to_all, B * batch.tokens * la.v_dim / t.tp, group)
+    return np.where(t.cp > 1, inbound + outbound, 0.0)
 
 
 def cp_comm_seconds(batch: Batch) -> np.ndarray:

@@ -95,11 +95,13 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     h, a = m.hidden_size, m.num_attention_heads
     drop = 1.0 if m.dropout else 0.0
     # attention block: norm input, QKV input, Q, K, V, attention output, dropout mask
-    total = (B + Bi) * T * h / tsp + qkv_bytes(batch) + attention_output_bytes(batch) + drop * T * h / tsp
-    if batch.training.flash_attention:
-        total = total + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
+    total = (B + Bi) * T * h / tsp + drop * T * h / tsp
+    if m.is_linear_attention_layer(index):
+        total = total + linear_attention_activation_bytes(batch)
+    elif batch.training.flash_attention:
+        total = total + qkv_bytes(batch) + attention_output_bytes(batch) + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
     else:
-        total = total + attention_core_bytes(batch)
+        total = total + qkv_bytes(batch) + attention_output_bytes(batch) + attention_core_bytes(batch)
     # MLP block: norm input, MLP input, dropout mask
     total = total + (B + Bi) * T * h / tsp + drop * T * h / tsp
     mats = 3 if m.gated_mlp else 2
@@ -116,6 +118,21 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
         f = m.ffn_hidden_size
         total = total + B * T * (mats - 1) * f / t + Bi * T * f / t  # fc1 output(s), activation output
     return total
+
+
+def linear_attention_activation_bytes(batch: Batch) -> np.ndarray:
+    """What a Gated DeltaNet mixer saves for its backward per micro-batch on a TP rank
+    (Megatron-Core gated_delta_net, flash-linear-attention ChunkGatedDeltaRuleFunction): the
+    in-projection's output (Q, K, V, gate Z, decay and write strength), the convolution's output,
+    the normalised Q and K as the chunk kernel receives them (repeated to the value heads), its
+    fp32 chunk matrix A (chunk_tokens per value head and token), its output, and the
+    out-projection's input."""
+    la, t = batch.model.linear_attention, batch.tab.tp
+    T, B, Bi = batch.tokens, batch.training.activation_bytes, gemm_input_bytes(batch)
+    chunk = batch.params.attention.linear_attention.chunk_tokens
+    per_token = B * (la.in_proj_width + la.conv_width + 2 * la.num_value_heads * la.key_head_dim + la.v_dim) \
+        + 4 * la.num_value_heads * chunk + Bi * la.v_dim
+    return per_token * T / t
 
 
 def attention_core_bytes(batch: Batch) -> np.ndarray:
@@ -194,6 +211,8 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     column = t.rc_modules if modules is None else modules
     on = lambda mod: has_module(column, mod)  # noqa: E731
     core = 4 * T * m.num_attention_heads / t.tp if batch.training.flash_attention else attention_core_bytes(batch)
+    if m.is_linear_attention_layer(index):
+        core = 0.0  # core_attn names the softmax attention's core; a Gated DeltaNet layer has none
     out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * Bi * T * m.hidden_size / tsp, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size

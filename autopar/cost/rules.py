@@ -53,6 +53,11 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"must divide num_attention_heads={m.num_attention_heads}"),
     Rule("plan.tp", "tp", lambda m, c, tr, t: (m.mla is None) & (m.kv_heads % t.tp != 0) & (t.tp % m.kv_heads != 0),
          lambda m, tr, r: f"num_kv_heads={m.kv_heads} and tp must divide one another"),
+    # Megatron-Core's Gated DeltaNet splits its key heads (and the value heads with them) across
+    # TP, then across CP for the recurrence (a2a_cp_to_hp): tp x cp must divide the key heads
+    Rule("plan.tp", "tp", lambda m, c, tr, t: (m.linear_attention is not None) & ((m.linear_attention.num_key_heads if m.linear_attention else 1) % (t.tp * t.cp) != 0),
+         lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide linear_attention.num_key_heads={m.linear_attention.num_key_heads} "
+                          "(Gated DeltaNet heads are split across TP and, for the recurrence, CP)"),
     Rule("plan.tp", "tp", lambda m, c, tr, t: m.ffn_hidden_size % t.tp != 0,
          lambda m, tr, r: f"must divide ffn_hidden_size={m.ffn_hidden_size}"),
     Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (tr.seq_len % (2 * t.cp) != 0),

@@ -87,6 +87,16 @@ def model_flags(job: EmitJob) -> list[Group]:
         out.append(["--attention-backend", "unfused"])
     if m.mtp_num_layers:
         out.append(["--mtp-num-layers", str(m.mtp_num_layers)])
+    if m.attention_output_gate:
+        out.append(["--attention-output-gate"])
+    if m.linear_attention is not None:
+        # Gated DeltaNet layers (Megatron-Core megatron/core/ssm/gated_delta_net; TransformerConfig
+        # experimental_attention_variant, linear_attention_freq and the linear_* shape fields)
+        la = m.linear_attention
+        out += [["--experimental-attention-variant", "gated_delta_net"], ["--linear-attention-freq", linear_attention_freq(m)],
+                ["--linear-conv-kernel-dim", str(la.conv_kernel_dim)], ["--linear-key-head-dim", str(la.key_head_dim)],
+                ["--linear-value-head-dim", str(la.value_head_dim)], ["--linear-num-key-heads", str(la.num_key_heads)],
+                ["--linear-num-value-heads", str(la.num_value_heads)]]
     if m.attention_window is not None and not m.attention_chunked:
         # sliding window (left W, right 0: causal); without global layers every layer slides
         out.append(["--window-size", f"{m.attention_window},0"])
@@ -98,8 +108,18 @@ def model_flags(job: EmitJob) -> list[Group]:
 def window_attn_skip_freq(m: ModelSpec) -> str:
     """Megatron-LM --window-attn-skip-freq: N when every N-th layer is global ((N-1) sliding
     layers, then one full), else the per-layer list (1 = sliding, 0 = full)."""
-    pattern = [int(m.is_local_attention_layer(i)) for i in range(m.num_layers)]
-    every = next((n for n in range(2, m.num_layers + 1) if pattern == [int((i + 1) % n != 0) for i in range(m.num_layers)]), None)
+    return _every_nth_or_runs([int(m.is_local_attention_layer(i)) for i in range(m.num_layers)])
+
+
+def linear_attention_freq(m: ModelSpec) -> str:
+    """Megatron-LM --linear-attention-freq: N when every N-th layer is softmax attention ((N-1)
+    linear-attention layers, then one), else the per-layer list (1 = linear, 0 = softmax)."""
+    return _every_nth_or_runs([int(m.is_linear_attention_layer(i)) for i in range(m.num_layers)])
+
+
+def _every_nth_or_runs(pattern: list[int]) -> str:
+    n_layers = len(pattern)
+    every = next((n for n in range(2, n_layers + 1) if pattern == [int((i + 1) % n != 0) for i in range(n_layers)]), None)
     return str(every) if every else _runs(pattern)
 
 

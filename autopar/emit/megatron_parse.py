@@ -29,6 +29,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--moe-shared-expert-intermediate-size": None, "--moe-router-num-groups": None, "--moe-router-group-topk": None,
         "--q-lora-rank": None, "--kv-lora-rank": 32, "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64, "--v-head-dim": 128,
         "--fp8-amax-history-len": 1, "--vocab-size": None,
+        "--linear-num-key-heads": 16, "--linear-num-value-heads": 32, "--linear-key-head-dim": 128, "--linear-value-head-dim": 128,
+        "--linear-conv-kernel-dim": 4,
     }
     for flag, default in ints.items():
         p.add_argument(flag, type=int, default=default)
@@ -62,6 +64,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fine-grained-activation-offloading", action="store_true")
     p.add_argument("--offload-modules", nargs="+", default=None)
     p.add_argument("--moe-layer-freq", default="1")
+    p.add_argument("--experimental-attention-variant", choices=["gdn", "gdn2", "dsa", "gated_delta_net"], default=None)
+    p.add_argument("--linear-attention-freq", default=None)
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
     p.add_argument("--moe-router-score-function", choices=["softmax", "sigmoid", "sqrtsoftplus"], default="softmax")
     p.add_argument("--moe-router-load-balancing-type", nargs="+", default=["aux_loss"])

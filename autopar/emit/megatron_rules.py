@@ -120,6 +120,16 @@ def _attention(ns: Namespace, r: Rules) -> None:
     if ns.kv_channels is None:
         r.check(ns.hidden_size % heads == 0, "hidden_size % num_attention_heads == 0 (no --kv-channels)",
                 f"hidden_size({ns.hidden_size}) % heads({heads})", "AR")
+    if ns.experimental_attention_variant in ("gdn", "gated_delta_net"):
+        # TC __post_init__ asserts the GDN shape is set; the GDN module splits its key heads over TP
+        # and, for the recurrence, over CP (megatron/core/ssm/gated_delta_net)
+        r.check(ns.linear_attention_freq is not None, "linear_attention_freq is set for gated delta net",
+                "--experimental-attention-variant gated_delta_net without --linear-attention-freq", "TC")
+        split = tp * ns.context_parallel_size
+        r.check(ns.linear_num_key_heads % split == 0, "linear_num_key_heads % (TP*CP) == 0",
+                f"linear_num_key_heads({ns.linear_num_key_heads}) % (tp({tp}) * cp({ns.context_parallel_size}))", "TC")
+        r.check(ns.linear_num_value_heads % ns.linear_num_key_heads == 0, "linear_num_value_heads % linear_num_key_heads == 0",
+                f"linear_num_value_heads({ns.linear_num_value_heads}), linear_num_key_heads({ns.linear_num_key_heads})", "TC")
 
 
 def _sequence(ns: Namespace, env: dict[str, str], cc: float, r: Rules) -> None:

@@ -90,6 +90,9 @@ def titan_fp8_recipe(training) -> Fp8Recipe:
 
 def plan_checks(job: EmitJob, rules: Rules) -> None:
     plan, t = job.plan, job.training
+    rules.check(job.model.linear_attention is None, "softmax-attention decoder layers",
+                f"{job.model.name} has Gated DeltaNet (linear-attention) layers; torchtitan's model registry builds none "
+                "(Megatron-LM, Megatron-Bridge or an HF-model DeepSpeed run can train it)", "TT")
     rules.check(t.precision in (Precision.bf16, Precision.fp8), "precision in {bf16, fp8}",
                 f"precision={t.precision.value}: mixed_precision_param is bfloat16|float32; autopar maps fp8 to the Float8 converter only", "TT")
     rules.check(t.precision != Precision.fp8 or titan_fp8_recipe(t) == Fp8Recipe.rowwise, "Float8 recipe_name in {rowwise, rowwise_with_gw_hp}",

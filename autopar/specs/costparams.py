@@ -46,11 +46,31 @@ class TorchCpBytes(_Strict):
     backward_kv: tuple[float, float] = Field(description="fp32 accumulation of dK, dV, their cat into the exchange buffer, K, V cat; init and cast back")
 
 
+class LinearAttentionBytes(_Strict):
+    """HBM traffic of a Gated DeltaNet layer's token mixer (flash-linear-attention's chunked
+    kernels, fla/ops/gated_delta_rule/chunk.py, as Megatron-Core and HF Qwen3-Next call them):
+    [forward, backward] elements read plus written per value head and token, in units of the key
+    head width, the value head width and one chunk state's share (d_k d_v / chunk_tokens), plus
+    the fp32 chunk matrix A (chunk_tokens per value head and token); and the element-wise
+    kernels around them, bytes per element."""
+
+    chunk_tokens: int = Field(gt=0, description="Tokens per chunk of the chunked delta rule (FLA chunk_size)")
+    key_elements: tuple[float, float] = Field(description="Q, K, W and dK traffic per value head and token, in key-head widths")
+    value_elements: tuple[float, float] = Field(description="V, U, the new V, the output and their gradients, in value-head widths")
+    state_elements: tuple[float, float] = Field(description="Chunk states h (and dh) written and read, in d_k d_v / chunk_tokens")
+    chunk_matrix_fp32: tuple[float, float] = Field(description="Writes and reads of the fp32 chunk matrix A, chunk_tokens elements each")
+    element_bytes: float = Field(gt=0, description="Bytes per element of the kernels' bf16 tensors")
+    conv_bytes: tuple[float, float] = Field(description="Causal depthwise convolution with its SiLU, per Q, K, V channel")
+    l2norm_bytes: tuple[float, float] = Field(description="L2 normalisation of the queries and keys, per Q and K element")
+    gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate Z), per output element")
+
+
 class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
         description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
     torch_cp_bytes: TorchCpBytes = Field(description="HBM bytes of PyTorch context_parallel's eager merge and accumulation kernels")
+    linear_attention: LinearAttentionBytes = Field(description="HBM bytes of the Gated DeltaNet mixer's chunked kernels and the element-wise work around them")
 
     def efficiency(self, kernel: str, architecture: str) -> tuple[float, float]:
         """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""

@@ -7,7 +7,8 @@ mlp_only_layers, shared expert gate), DeepSeek-V2/V3 (MLA, group-limited sigmoid
 expert bias, first-k dense, MTP), Llama-4 (nested text_config, interleaved MoE, shared expert),
 GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied); local
 attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llama-4 chunks:
-gpt-oss, Gemma-2/3). Hybrid linear-attention / state-space models are refused by name.
+gpt-oss, Gemma-2/3); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
+full_attention_interval). Other hybrid linear-attention / state-space models are refused by name.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
 GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "gpt_oss", "glm", "olmo", "phi3", "granite")
 # layer kinds of transformers' config.layer_types that autopar costs
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-# keys that describe the non-attention layers of hybrid models (Nemotron-H, Jamba, MiniMax,
-# Qwen3-Next, Mamba mixers): linear-attention and state-space layers autopar has no cost for
-HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "linear_num_value_heads", "mamba_d_state")
+# keys that describe the non-attention layers of hybrid models autopar has no cost for
+# (Nemotron-H, Jamba, MiniMax, Mamba mixers): state-space and other linear-attention layers;
+# Gated DeltaNet layers (Qwen3-Next, linear_attention in layer_types) are costed
+HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "mamba_d_state")
+LINEAR_ATTENTION = "linear_attention"
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -114,6 +117,8 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
     (6), Llama-4 the RoPE layers of no_rope_layers (1 = RoPE and chunked, 0 = NoPE and global)."""
     hybrid = [k for k in HYBRID_KEYS if k in cfg]
     types = cfg.get("layer_types")
+    if isinstance(types, list) and "linear_num_value_heads" in cfg:  # Gated DeltaNet layers: _linear_attention
+        types = ["full_attention" if t == LINEAR_ATTENTION else t for t in types]
     other = sorted({str(t) for t in types if t not in ATTENTION_LAYER_TYPES}) if isinstance(types, list) else []
     if hybrid or other:
         key, what = ("layer_types", f"layer_types {other}") if other else (hybrid[0], f"key {hybrid[0]}")
@@ -159,6 +164,29 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
     return {"attention_window": window, "global_attention_layers": tuple(full)}
 
 
+def _linear_attention(cfg: dict[str, Any], mtype: str, layers: int, field: str, name: str) -> dict[str, Any]:
+    """Gated DeltaNet layers (transformers models/qwen3_next/configuration_qwen3_next.py): their
+    shape from the linear_* keys, which layers from layer_types ('linear_attention') or, without
+    it, full_attention_interval (layer i is softmax attention iff (i + 1) % interval == 0).
+    Qwen3-Next's softmax-attention layers gate their output (q_proj emits query and gate)."""
+    if "linear_num_value_heads" not in cfg:
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise InputError(f"{field}.layer_types", len(types), f"must name one kind per layer (num_hidden_layers={layers})")
+        linear = tuple(i for i, t in enumerate(types) if t == LINEAR_ATTENTION)
+    else:
+        every = cfg.get("full_attention_interval") or 4
+        linear = tuple(i for i in range(layers) if (i + 1) % every)
+    if not linear:
+        return {}
+    shape = {"num_key_heads": _get(cfg, "linear_num_key_heads", field, name), "num_value_heads": cfg["linear_num_value_heads"],
+             "key_head_dim": _get(cfg, "linear_key_head_dim", field, name), "value_head_dim": _get(cfg, "linear_value_head_dim", field, name),
+             "conv_kernel_dim": cfg.get("linear_conv_kernel_dim") or 4}
+    return {"linear_attention": shape, "linear_attention_layers": linear, "attention_output_gate": "qwen3_next" in mtype}
+
+
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
     """ModelSpec fields from a HuggingFace config.json mapping."""
     cfg = _flatten(cfg)
@@ -193,6 +221,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         fields.update(_rope(cfg))
     fields.update(_moe_fields(cfg, mtype))
     fields.update(_attention_span(cfg, mtype, layers, field, name))
+    fields.update(_linear_attention(cfg, mtype, layers, field, name))
     if "kv_lora_rank" in cfg:  # DeepSeek MLA
         fields["mla"] = {
             "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],

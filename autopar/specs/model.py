@@ -38,6 +38,49 @@ class MlaSpec(StrictModel):
     v_head_dim: int = Field(gt=0, description="Per-head V dim")
 
 
+class LinearAttentionSpec(StrictModel):
+    """Gated DeltaNet linear attention (Yang, Kautz, Hatamizadeh 2025, 'Gated Delta Networks';
+    Qwen3-Next's linear_attention layers; Megatron-Core megatron/core/ssm/gated_delta_net): one
+    in-projection to Q, K (key heads), V and the output gate Z (value heads) plus a decay and a
+    write strength per value head, a causal depthwise convolution over Q, K, V, the chunked
+    delta-rule recurrence on a key_head_dim x value_head_dim state per value head, a gated
+    RMSNorm and the out-projection. No key/value cache grows with the sequence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    num_key_heads: int = Field(gt=0, le=MAX_HEADS, description="Q and K heads (HF linear_num_key_heads)")
+    num_value_heads: int = Field(gt=0, le=MAX_HEADS, description="V heads, one recurrent state each (HF linear_num_value_heads)")
+    key_head_dim: int = Field(gt=0, le=MAX_WIDTH, description="Per-head Q/K width (HF linear_key_head_dim)")
+    value_head_dim: int = Field(gt=0, le=MAX_WIDTH, description="Per-head V width (HF linear_value_head_dim)")
+    conv_kernel_dim: int = Field(4, gt=0, le=64, description="Causal convolution width, tokens (HF linear_conv_kernel_dim)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LinearAttentionSpec":
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError(f"num_value_heads={self.num_value_heads} must be a multiple of num_key_heads={self.num_key_heads}")
+        return self
+
+    @property
+    def qk_dim(self) -> int:
+        """Width of Q (and of K): key heads x key head dim."""
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of V (and of the gate Z and the output): value heads x value head dim."""
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """Outputs of the in-projection per token: Q, K, V, Z and the decay and write strength
+        per value head (Megatron gdn.py in_proj_split_sections; HF in_proj_qkvz + in_proj_ba)."""
+        return 2 * self.qk_dim + 2 * self.v_dim + 2 * self.num_value_heads
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the causal convolution: Q, K and V."""
+        return 2 * self.qk_dim + self.v_dim
+
+
 class RouterScore(str, Enum):
     """How the MoE router turns logits into expert scores."""
 
@@ -123,6 +166,12 @@ class ModelSpec(StrictModel):
     global_attention_layers: tuple[int, ...] = Field((), description="0-based layers that attend to the whole sequence when "
                                                      "attention_window is set (gpt-oss full_attention layers, Gemma-3 every 6th, "
                                                      "Llama-4 NoPE layers); empty = every layer local")
+    attention_output_gate: bool = Field(False, description="The softmax-attention layers gate their output by a sigmoid of a second "
+                                        "query-wide projection (Qwen3-Next: q_proj emits query and gate; Megatron --attention-output-gate)")
+    linear_attention: LinearAttentionSpec | None = Field(None, description="Shape of the linear-attention (Gated DeltaNet) layers; "
+                                                         "null = every layer is softmax attention")
+    linear_attention_layers: tuple[int, ...] = Field((), description="0-based layers whose mixer is linear attention (Qwen3-Next: "
+                                                     "three of every four, HF layer_types linear_attention)")
 
     def check_positions(self, seq_len: int, framework: str | None = None) -> None:
         """A learned absolute position embedding has one trained row per position, so a launcher
@@ -153,6 +202,11 @@ class ModelSpec(StrictModel):
         outside = [i for i in self.global_attention_layers if not 0 <= i < self.num_layers]
         if outside:
             raise ValueError(f"global_attention_layers={outside} must be layer indices in 0..{self.num_layers - 1}")
+        if bool(self.linear_attention_layers) != (self.linear_attention is not None):
+            raise ValueError("linear_attention (the layers' shape) and linear_attention_layers (which layers) come together")
+        outside = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
+        if outside:
+            raise ValueError(f"linear_attention_layers={outside} must be layer indices in 0..{self.num_layers - 1}")
         return self
 
     # ---- derived shape -------------------------------------------------------------
@@ -194,10 +248,15 @@ class ModelSpec(StrictModel):
             return w
         return 0.5 * w if self.attention_chunked else w - w * w / (2.0 * s)
 
-    def layer_kind(self, index: int) -> tuple[bool, bool]:
-        """What sets a layer's costs apart: (routed experts, local attention)."""
+    def is_linear_attention_layer(self, index: int) -> bool:
+        """Layer `index` mixes tokens with linear attention (Gated DeltaNet), not softmax
+        attention (an MTP module, index >= num_layers, is of the last layer's kind)."""
+        return min(index, self.num_layers - 1) in self.linear_attention_layers
+
+    def layer_kind(self, index: int) -> tuple[bool, bool, bool]:
+        """What sets a layer's costs apart: (routed experts, local attention, linear attention)."""
         index = min(index, self.num_layers - 1)
-        return self.is_moe_layer(index), self.is_local_attention_layer(index)
+        return self.is_moe_layer(index), self.is_local_attention_layer(index), self.is_linear_attention_layer(index)
 
     @property
     def num_moe_layers(self) -> int:

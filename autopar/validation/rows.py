@@ -142,6 +142,28 @@ def _head_dim(row: dict[str, Any]) -> int | None:
     return int(found.group(1)) if found else None
 
 
+# A row that states Gated DeltaNet layers names the model whose config fixes their shape (the
+# rows carry the softmax-attention dims only): the linear-attention fields come from that preset
+LINEAR_ATTENTION_STATED = re.compile(r"linear attention|gated-?delta-?net", re.I)
+LINEAR_ATTENTION_FIELDS = ("linear_attention", "linear_attention_layers", "attention_output_gate")
+
+
+def _linear_attention_fields(row: dict[str, Any], name: str) -> dict[str, Any]:
+    if not LINEAR_ATTENTION_STATED.search(_text(row, "extra_layout", "dims_source", "notes")):
+        return {}
+    from autopar.specs.model import load_model
+    from autopar.specs._files import preset_files
+
+    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if key not in preset_files("models"):
+        raise InputError("model_name", name, "the row states linear-attention (Gated DeltaNet) layers but no model preset of "
+                         f"that name ({key}) gives their shape")
+    preset = load_model(key)
+    if preset.linear_attention is None or preset.num_layers != row["num_layers"]:
+        raise InputError("model_name", name, f"preset {key} has no Gated DeltaNet layers for the row's {row['num_layers']} layers")
+    return {f: getattr(preset, f) for f in LINEAR_ATTENTION_FIELDS}
+
+
 def row_model(row: dict[str, Any]) -> ModelSpec:
     name = str(row.get("model_name") or row["id"])
     h, ffn = row["hidden_size"], row.get("ffn_hidden_size") or 4 * row["hidden_size"]
@@ -157,6 +179,7 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
         fields.update(num_experts=row["moe_num_experts"], moe_top_k=row.get("moe_top_k") or 2,
                       moe_ffn_hidden_size=row.get("moe_ffn_hidden_size") or ffn,
                       moe_shared_expert_ffn_size=row.get("moe_shared_expert_ffn_size") or 0)
+    fields.update(_linear_attention_fields(row, name))
     return ModelSpec.model_validate(fields)
 
 
@@ -343,7 +366,7 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
 
 
 NOT_MODELLED = (
-    (re.compile(r"linear attention|gateddeltanet|mamba", re.I), "hybrid linear-attention layers (GatedDeltaNet/Mamba) are not in the model spec"),
+    (re.compile(r"mamba|state.space", re.I), "hybrid state-space layers (Mamba) are not in the model spec"),
     (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled"),
 )
 

@@ -125,12 +125,18 @@ def test_window_patterns_of_configs_without_layer_types(tmp_path):
     assert (m.attention_window, m.attention_chunked, m.global_attention_layers) == (8192, True, (3, 7, 11))
 
 
-def test_hybrid_linear_attention_is_refused_by_name(tmp_path):
-    # Qwen/Qwen3-Next-80B-A3B: three GatedDeltaNet layers per full-attention layer
+def test_hybrid_layers_parsed_or_refused_by_name(tmp_path):
+    # Qwen/Qwen3-Next-80B-A3B: three GatedDeltaNet layers per full-attention layer; without the
+    # linear_* shape keys the linear_attention layers cannot be costed and are refused by name
     cfg = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
            "intermediate_size": 5120, "vocab_size": 151936, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
     with pytest.raises(InputError, match=r"layer_types.*linear_attention.*GatedDeltaNet"):
         load_model(str(_write(tmp_path, cfg, "qwen3-next")))
+    # with them (transformers Qwen3NextConfig), layer_types names which layers are linear
+    shape = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+             "linear_conv_kernel_dim": 4}
+    m = load_model(str(_write(tmp_path, {**cfg, **shape, "layer_types": ["linear_attention", "full_attention"] * 2}, "qwen3-next-2")))
+    assert (m.linear_attention_layers, m.attention_output_gate, m.linear_attention.num_value_heads) == ((0, 2), True, 32)
     # Nemotron-H names its Mamba layers in hybrid_override_pattern
     nemotron_h = {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,
                   "intermediate_size": 21504, "vocab_size": 131072, "hybrid_override_pattern": "M-M*"}
