@@ -331,14 +331,17 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
         # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
         # reruns the router, the permutes, the dispatch and combine collectives and the experts
-        **module_recompute_parts(f, batch.model.is_moe_layer(index)),
+        **module_recompute_parts(f, batch.model.is_moe_layer(index), batch.model.is_linear_attention_layer(index)),
     }
 
 
-def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool) -> dict[str, np.ndarray]:
+def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, linear_layer: bool) -> dict[str, np.ndarray]:
     zero = np.zeros_like(f["gemm"])
+    # core_attn names the softmax attention's core: a Gated DeltaNet layer reruns nothing for it
+    # (and saves nothing: memory.module_dropped_bytes)
+    core = zero if linear_layer else f["attn"] + f["cp"] + f["cp_merge"]
     return {
-        "rc_core_attn": f["attn"] + f["cp"] + f["cp_merge"], "rcf_core_attn": f["attn_flops_counted"] + zero,
+        "rc_core_attn": core, "rcf_core_attn": zero + (0.0 if linear_layer else f["attn_flops_counted"]),
         "rc_layernorm": f["norm_elem"], "rcf_layernorm": zero,
         "rc_mlp": zero if moe_layer else f["gemm_mlp"] + f["act_elem"], "rcf_mlp": zero + (0.0 if moe_layer else f["flops_mlp"]),
         "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.errors import InputError
-from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu
+from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
+from autopar.specs._files import preset_files
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
@@ -151,9 +152,6 @@ LINEAR_ATTENTION_FIELDS = ("linear_attention", "linear_attention_layers", "atten
 def _linear_attention_fields(row: dict[str, Any], name: str) -> dict[str, Any]:
     if not LINEAR_ATTENTION_STATED.search(_text(row, "extra_layout", "dims_source", "notes")):
         return {}
-    from autopar.specs.model import load_model
-    from autopar.specs._files import preset_files
-
     key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if key not in preset_files("models"):
         raise InputError("model_name", name, "the row states linear-attention (Gated DeltaNet) layers but no model preset of "
