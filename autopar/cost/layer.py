@@ -123,7 +123,7 @@ def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.
     return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
 
-def _eager_extra_bytes(batch: Batch, f_act, linear: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _eager_extra_bytes(batch: Batch, f_act, linear: bool) -> tuple[np.ndarray, np.ndarray]:
     """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
     [forward, backward]: two norms (h per token, sequence-sharded with SP), RoPE on the query
     and key heads, the gated product's F elements, the attention output's layout copy

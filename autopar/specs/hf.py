@@ -172,9 +172,7 @@ def _linear_attention(cfg: dict[str, Any], mtype: str, layers: int, field: str, 
     if "linear_num_value_heads" not in cfg:
         return {}
     types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        if len(types) != layers:
-            raise InputError(f"{field}.layer_types", len(types), f"must name one kind per layer (num_hidden_layers={layers})")
+    if isinstance(types, list) and types:  # its length was checked by _attention_span
         linear = tuple(i for i, t in enumerate(types) if t == LINEAR_ATTENTION)
     else:
         every = cfg.get("full_attention_interval") or 4
