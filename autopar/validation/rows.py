@@ -22,7 +22,7 @@ CLUSTER_FOR_GPU = {
     "GB300": "gb300-nvl72", "V100": "dgx-a100",
 }
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}
-GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo", re.I)
+GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi", re.I)
 # tokenizer size of a model family, for rows that leave vocab_size out
 FAMILY_VOCAB = (("nemotron", 256000), ("llama3", 128256), ("llama-3", 128256), ("llama", 32000),
                 ("mixtral", 32000), ("mistral", 32000), ("mpt", 50432), ("gpt", 50257))
@@ -70,7 +70,13 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
 - vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)
-- head_dim: the kv_channels / head_dim its dims_source states, else hidden / heads"""
+- head_dim: the kv_channels / head_dim its dims_source states, else the preset's (below), else hidden / heads
+- the architecture's own fields (MLA, dense prefix and interleaved MoE layers, MTP, local attention
+  windows, Gated DeltaNet layers, QK norm, router scoring, MLP gating, tied embeddings; not dropout,
+  a training choice): from the model preset the row names (profiles/models; file name or a known
+  alias such as 'Llama4 Scout') when its layers, width and experts are the row's; the preset also
+  fills KV heads, FFN widths, top-k and vocabulary the row leaves out
+- hybrid Mamba models (Nemotron-H, Jamba, Zamba, Falcon-H1, or a row that says Mamba): not modelled"""
 
 
 @dataclass
@@ -143,23 +149,63 @@ def _head_dim(row: dict[str, Any]) -> int | None:
     return int(found.group(1)) if found else None
 
 
-# A row that states Gated DeltaNet layers names the model whose config fixes their shape (the
-# rows carry the softmax-attention dims only): the linear-attention fields come from that preset
+# A row names its model but carries only the dims every transformer has (layers, width, heads,
+# FFN, experts). What is particular to an architecture -- MLA, a dense prefix before the MoE
+# layers, local attention windows, Gated DeltaNet layers, QK norm, the router's scoring -- the
+# runs files do not carry: when the row's model is a preset's (by name, and with the preset's
+# layers, width and experts), those fields come from the preset. Names that are not the preset's
+# file name are matched here.
+PRESET_NAMES = (
+    (re.compile(r"llama[-_ ]?4[-_ ]?scout", re.I), "llama4-scout"),
+    (re.compile(r"llama[-_ ]?4[-_ ]?maverick", re.I), "llama4-maverick"),
+    (re.compile(r"deepseek[-_ ]?v3", re.I), "deepseek-v3"),
+    (re.compile(r"gpt[-_ ]?oss[-_ ]?120b", re.I), "gpt-oss-120b"),
+    (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
+    (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
+)
+ARCHITECTURE_FIELDS = (
+    "head_dim", "gated_mlp", "tied_embeddings", "activation", "normalization", "qk_layernorm", "qkv_bias",
+    "linear_bias", "mla", "moe_first_k_dense_layers", "moe_layer_freq", "moe_dense_layers", "moe_router_score_function",
+    "moe_router_expert_bias", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
+    "moe_router_topk_norm", "moe_shared_expert_gate", "mtp_num_layers", "attention_window", "attention_chunked",
+    "global_attention_layers", "attention_output_gate", "linear_attention", "linear_attention_layers",
+)
+# row columns (same names as ModelSpec's) the preset fills when the row leaves them out
+FILLED_FROM_PRESET = ("num_kv_heads", "ffn_hidden_size", "vocab_size", "moe_top_k", "moe_ffn_hidden_size",
+                      "moe_shared_expert_ffn_size")
+# A row that states Gated DeltaNet layers must name a model whose preset fixes their shape
 LINEAR_ATTENTION_STATED = re.compile(r"linear attention|gated-?delta-?net", re.I)
-LINEAR_ATTENTION_FIELDS = ("linear_attention", "linear_attention_layers", "attention_output_gate")
 
 
-def _linear_attention_fields(row: dict[str, Any], name: str) -> dict[str, Any]:
-    if not LINEAR_ATTENTION_STATED.search(_text(row, "extra_layout", "dims_source", "notes")):
-        return {}
-    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    if key not in preset_files("models"):
-        raise InputError("model_name", name, "the row states linear-attention (Gated DeltaNet) layers but no model preset of "
-                         f"that name ({key}) gives their shape")
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def row_preset(row: dict[str, Any], name: str) -> ModelSpec | None:
+    """The model preset a row's model is: named by the row (file name or PRESET_NAMES) and with
+    the row's layers, width and routed experts; None when there is none."""
+    files = preset_files("models")
+    key = _slug(name) if _slug(name) in files else next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
+    if key not in files:
+        return None
     preset = load_model(key)
-    if preset.linear_attention is None or preset.num_layers != row["num_layers"]:
-        raise InputError("model_name", name, f"preset {key} has no Gated DeltaNet layers for the row's {row['num_layers']} layers")
-    return {f: getattr(preset, f) for f in LINEAR_ATTENTION_FIELDS}
+    same = (preset.num_layers, preset.hidden_size, preset.num_experts) == (
+        row["num_layers"], row["hidden_size"], row.get("moe_num_experts") or 0)
+    return preset if same else None
+
+
+def _preset_fields(row: dict[str, Any], name: str) -> dict[str, Any]:
+    """Architecture fields from the row's model preset (row_preset); the row's own values win
+    where it states them (a head width in dims_source, shared-expert width, vocabulary)."""
+    preset = row_preset(row, name)
+    if preset is None:
+        if LINEAR_ATTENTION_STATED.search(_text(row, "extra_layout", "dims_source", "notes")):
+            raise InputError("model_name", name, "the row states linear-attention (Gated DeltaNet) layers but no model "
+                             f"preset of that name ({_slug(name)}) with its {row['num_layers']} layers gives their shape")
+        return {}
+    out = {f: getattr(preset, f) for f in ARCHITECTURE_FIELDS}
+    out.update({f: getattr(preset, f) for f in FILLED_FROM_PRESET if not row.get(f)})
+    return out
 
 
 def row_model(row: dict[str, Any]) -> ModelSpec:
@@ -169,7 +215,7 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
     megatron_gpt = not gated and "megatron" in str(row.get("software", "")).lower() and "gpt" in name.lower()
     fields: dict[str, Any] = {
         "name": name, "num_layers": row["num_layers"], "hidden_size": h,
-        "num_attention_heads": row["num_attention_heads"], "num_kv_heads": row.get("num_kv_heads"), "head_dim": _head_dim(row),
+        "num_attention_heads": row["num_attention_heads"], "num_kv_heads": row.get("num_kv_heads"),
         "ffn_hidden_size": ffn, "gated_mlp": gated, "vocab_size": row.get("vocab_size") or _family_vocab(name),
         "tied_embeddings": not gated and "nemotron" not in name.lower(), "dropout": megatron_gpt,
     }
@@ -177,7 +223,8 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
         fields.update(num_experts=row["moe_num_experts"], moe_top_k=row.get("moe_top_k") or 2,
                       moe_ffn_hidden_size=row.get("moe_ffn_hidden_size") or ffn,
                       moe_shared_expert_ffn_size=row.get("moe_shared_expert_ffn_size") or 0)
-    fields.update(_linear_attention_fields(row, name))
+    fields.update(_preset_fields(row, name))
+    fields["head_dim"] = _head_dim(row) or fields.get("head_dim")
     return ModelSpec.model_validate(fields)
 
 
@@ -364,14 +411,15 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
 
 
 NOT_MODELLED = (
-    (re.compile(r"mamba|state.space", re.I), "hybrid state-space layers (Mamba) are not in the model spec"),
+    (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I),
+     "hybrid state-space layers (Mamba) are not in the model spec"),
     (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled"),
 )
 
 
 def not_modelled(row: dict[str, Any]) -> str | None:
     """The physical fact of the row the model does not take, if any."""
-    text = " ".join(str(row.get(k) or "") for k in ("extra_layout", "notes", "variant"))
+    text = " ".join(str(row.get(k) or "") for k in ("model_name", "extra_layout", "notes", "variant"))
     text += " " + " ".join(f"{k}={v}" for k, v in (row.get("other_metrics") or {}).items()
                            if v and str(v).lower() not in ("false", "0", "none", "off", "no"))
     for pattern, reason in NOT_MODELLED:

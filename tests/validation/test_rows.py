@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from autopar.cost.flops import total_params
+from autopar.specs import load_model
 from autopar.validation import predict_row
 from autopar.validation.report import rank_agreement
 from autopar.validation.predict import RowResult
-from autopar.validation.rows import row_inputs
+from autopar.validation.rows import row_inputs, row_model
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BASE = {"id": "x", "source_group": "g", "model_name": "Llama 3 8B", "num_layers": 32, "hidden_size": 4096,
@@ -73,3 +75,39 @@ def test_torchtitan_selective_layer_is_every_other_block_whole():
     assert (layer["recompute"].value, layer["recompute_num_layers"]) == ("full", 16)
     op = row_inputs({**BASE, "software": "torchtitan", "recompute": "selective (op)"}).plan_fields
     assert op["recompute"].value == "selective" and "recompute_num_layers" not in op
+
+
+DEEPSEEK_V3_ROW = {**BASE, "model_name": "DeepSeek-V3", "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+                   "num_kv_heads": 128, "ffn_hidden_size": 18432, "vocab_size": 129280, "seq_len": 4096,
+                   "moe_num_experts": 256, "moe_top_k": 8, "moe_ffn_hidden_size": 2048, "moe_shared_expert_ffn_size": 2048}
+
+
+def test_row_takes_the_architecture_of_its_model_preset():
+    """The runs files carry no MLA, dense-prefix or MTP columns. A DeepSeek-V3 row with the dims
+    the NeMo / ModelZoo pages state gets them from profiles/models/deepseek-v3.json (its HF
+    config: q_lora 1536, kv_lora 512, first_k_dense_replace 3, one MTP layer), so the row's model
+    is the preset's 682,636,338,176 parameters; before, it was an MHA model with 56-wide heads
+    (7168 / 128) and MoE in all 61 layers."""
+    model = row_model(DEEPSEEK_V3_ROW)
+    preset = load_model("deepseek-v3")
+    assert model.mla == preset.mla and model.moe_first_k_dense_layers == 3 and model.mtp_num_layers == 1
+    assert total_params(model) == total_params(preset) == 682_636_338_176
+    # a row's stated head width still wins over the preset's
+    assert row_model({**BASE, "dims_source": "kv_channels 96"}).head_dim == 96
+
+
+def test_preset_architecture_needs_the_preset_dims():
+    """A reduced-depth proxy of a named model (16 of 61 layers) or an upcycled variant with other
+    experts is not the preset: it keeps the row's own dims and gets none of the preset's fields."""
+    proxy = row_model({**DEEPSEEK_V3_ROW, "num_layers": 16})
+    assert proxy.mla is None and proxy.moe_first_k_dense_layers == 0
+    assert row_model({**DEEPSEEK_V3_ROW, "moe_num_experts": 64}).mla is None
+
+
+def test_hybrid_mamba_models_are_reported_not_modelled():
+    """Nemotron-H mixes Mamba-2 layers into the stack (NeMo Nemotron-H configs,
+    hybrid_override_pattern); the model spec has no state-space mixer, so a row naming it is
+    'not modelled' with that fact, not predicted as a pure transformer."""
+    reason = row_inputs({**BASE, "model_name": "Nemotron-H 56B"}).not_modelled
+    assert reason is not None and "Mamba" in reason
+    assert row_inputs(BASE).not_modelled is None
