@@ -70,6 +70,9 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     else:
         f_act = m.ffn_hidden_size / t.tp
     elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * T * m.hidden_size / batch.sp_divisor + 3 * B * T * f_act
+    # QK norm: one more norm kernel over each query and key element, read and written once in
+    # the forward like the layer's two norms (the per-hidden count above has those two only)
+    elem_bytes = elem_bytes + 2 * B * T * qk_norm_width(batch, linear)
     # element-wise forward work of the recomputable submodules: the two norms (read and write
     # T h each), the activation function (3 B per F element as above), the MoE router and permutes
     out["norm_elem"] = batch.hbm_seconds(2 * 2 * B * T * m.hidden_size / batch.sp_divisor)
@@ -123,9 +126,23 @@ def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.
     return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
 
+def qk_norm_width(batch: Batch, linear: bool):
+    """Elements per token the QK norms of one layer touch on a rank (ModelSpec.qk_layernorm:
+    Qwen3, OLMo-2, Llama-4 per head; MLA's norms on the Q and KV latents): the query and key heads
+    this TP rank holds (KV heads replicated when fewer than TP), MLA's latents whole (its down
+    projections are not split over TP); none without QK norm or in a linear-attention layer, whose
+    Q/K L2 norms linear_attention_seconds counts."""
+    m, t = batch.model, batch.tab
+    if not m.qk_layernorm or linear:
+        return 0.0
+    if m.mla is not None:
+        return float((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank)
+    return m.num_attention_heads * m.head_size / t.tp + m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+
+
 def _eager_extra_bytes(batch: Batch, f_act, linear: bool) -> tuple[np.ndarray, np.ndarray]:
     """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
-    [forward, backward]: two norms (h per token, sequence-sharded with SP), RoPE on the query
+    [forward, backward]: two norms (h per token, sequence-sharded with SP) and the QK norms, RoPE on the query
     and key heads, the gated product's F elements, the attention output's layout copy
     (profiles/cost/defaults.yaml memory.eager_extra_bytes). A linear-attention layer has no
     RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
@@ -136,8 +153,8 @@ def _eager_extra_bytes(batch: Batch, f_act, linear: bool) -> tuple[np.ndarray, n
     rope = 1.0 if m.position_embedding == "rope" else 0.0
     out = []
     for i in (0, 1):
-        per_token = 2 * x.norm[i] * m.hidden_size / batch.sp_divisor + rope * x.rope[i] * (q + k) \
-            + gated * x.activation[i] * f_act + x.attention_layout[i] * q
+        per_token = x.norm[i] * (2 * m.hidden_size / batch.sp_divisor + qk_norm_width(batch, linear)) \
+            + rope * x.rope[i] * (q + k) + gated * x.activation[i] * f_act + x.attention_layout[i] * q
         out.append(per_token * T)
     return out[0], out[1]
 
