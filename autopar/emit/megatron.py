@@ -242,6 +242,12 @@ def check_megatron(job: EmitJob) -> Rules:
                 f"{job.model.name} attends within {job.model.attention_window}-token chunks (Llama-4 chunked attention); "
                 "Megatron-LM's --window-size / --window-attn-skip-freq describe sliding windows only",
                 "megatron/training/arguments.py --window-size")
+    m = job.model
+    rules.check(not (m.attention_sinks or m.swiglu_limit), "the model's softmax and GLU have pretrain_gpt.py flags",
+                f"{m.name} has attention sinks and a clamped GLU (gpt-oss): TransformerConfig softmax_type 'learnable', "
+                "activation_func_clamp_value and glu_linear_offset have no command-line flags in Megatron-LM "
+                "(Megatron-Bridge's GPT-OSS model provider sets them); without them the run trains a different network",
+                "megatron/core/transformer/transformer_config.py softmax_type, glu_linear_offset, activation_func_clamp_value")
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",

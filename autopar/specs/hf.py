@@ -214,6 +214,9 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "linear_bias": bool(cfg.get("mlp_bias")) or gpt2,
         "position_embedding": "learned_absolute" if gpt2 else "rope",
         "mtp_num_layers": cfg.get("num_nextn_predict_layers") or 0,
+        # transformers' GptOssAttention always has its `sinks` parameter; GptOssExperts clamp at swiglu_limit
+        "attention_sinks": "gpt_oss" in mtype,
+        "swiglu_limit": cfg.get("swiglu_limit") if "gpt_oss" in mtype else None,
     }
     if not gpt2:
         fields.update(_rope(cfg))

@@ -168,6 +168,11 @@ class ModelSpec(StrictModel):
                                                      "Llama-4 NoPE layers); empty = every layer local")
     attention_output_gate: bool = Field(False, description="The softmax-attention layers gate their output by a sigmoid of a second "
                                         "query-wide projection (Qwen3-Next: q_proj emits query and gate; Megatron --attention-output-gate)")
+    attention_sinks: bool = Field(False, description="A learned sink logit per head joins each softmax (gpt-oss sinks; Megatron-Core "
+                                  "TransformerConfig softmax_type 'learnable'); costs one scalar per head and row")
+    swiglu_limit: float | None = Field(None, gt=0, description="gpt-oss's clamped GLU: both halves clamped at this value, the gate "
+                                       "as x sigmoid(1.702 x), 1 added to the linear half (HF swiglu_limit; Megatron-Core "
+                                       "activation_func_clamp_value with glu_linear_offset 1); null = plain SwiGLU")
     linear_attention: LinearAttentionSpec | None = Field(None, description="Shape of the linear-attention (Gated DeltaNet) layers; "
                                                          "null = every layer is softmax attention")
     linear_attention_layers: tuple[int, ...] = Field((), description="0-based layers whose mixer is linear attention (Qwen3-Next: "
