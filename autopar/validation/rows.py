@@ -66,7 +66,7 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - MoE routing: forced balanced when the row says so; token dropping at the capacity the row names;
   otherwise learned dropless
 - task lora: base weights frozen (no weight gradients, optimizer or DP reduction)
-- gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo names; GPT, MPT, Nemotron not gated
+- gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo/gpt-oss/Kimi names; GPT, MPT, Nemotron not gated
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
 - vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)
