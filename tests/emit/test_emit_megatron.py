@@ -192,8 +192,10 @@ def _hf_model(tmp_path, name, **cfg):
 
 
 def test_sliding_window_flags(tmp_path):
-    # gpt-oss pattern: sliding, full, sliding, ... = one full layer after each sliding one (N = 2)
-    oss = _hf_model(tmp_path, "oss", model_type="gpt_oss", sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 6)
+    # gpt-oss's layer pattern: sliding, full, sliding, ... = one full layer after each sliding one (N = 2),
+    # here on a Qwen3 config (transformers' layer_types), since gpt-oss itself is refused for its
+    # attention sinks (tests/emit/test_emit_gpt_oss.py)
+    oss = _hf_model(tmp_path, "oss", model_type="qwen3", sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 6)
     text = script_of(make_job(oss, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
     assert "--window-size 128,0" in text and "--window-attn-skip-freq 2" in text
     # Mistral-7B v0.1: every layer slides, no skip pattern
