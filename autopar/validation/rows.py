@@ -168,7 +168,8 @@ ARCHITECTURE_FIELDS = (
     "linear_bias", "mla", "moe_first_k_dense_layers", "moe_layer_freq", "moe_dense_layers", "moe_router_score_function",
     "moe_router_expert_bias", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_topk_norm", "moe_shared_expert_gate", "mtp_num_layers", "attention_window", "attention_chunked",
-    "global_attention_layers", "attention_output_gate", "linear_attention", "linear_attention_layers",
+    "global_attention_layers", "attention_output_gate", "attention_sinks", "swiglu_limit", "linear_attention",
+    "linear_attention_layers",
 )
 # row columns (same names as ModelSpec's) the preset fills when the row leaves them out
 FILLED_FROM_PRESET = ("num_kv_heads", "ffn_hidden_size", "vocab_size", "moe_top_k", "moe_ffn_hidden_size",
@@ -184,8 +185,8 @@ def _slug(name: str) -> str:
 def row_preset(row: dict[str, Any], name: str) -> ModelSpec | None:
     """The model preset a row's model is: named by the row (file name or PRESET_NAMES) and with
     the row's layers, width and routed experts; None when there is none."""
-    files = preset_files("models")
-    key = _slug(name) if _slug(name) in files else next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
+    files, slug = preset_files("models"), _slug(name)
+    key = slug if slug in files else next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
     if key not in files:
         return None
     preset = load_model(key)
