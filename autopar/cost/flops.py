@@ -54,8 +54,21 @@ def linear_attention_params(model: ModelSpec) -> float:
     return h * la.in_proj_width + la.conv_kernel_dim * la.conv_width + 2 * la.num_value_heads + la.value_head_dim + la.v_dim * h
 
 
+def mamba_params(model: ModelSpec) -> float:
+    """Weights of a Mamba-2 block (Megatron-Core MambaMixer, HF NemotronHMamba2Mixer): the
+    in-projection, the depthwise convolution with its bias, dt_bias, A_log and D per head, the
+    gated norm's weight and the out-projection."""
+    mb, h = model.mamba, model.hidden_size
+    return h * mb.in_proj_width + (mb.conv_kernel_dim + 1) * mb.conv_width + 3 * mb.num_heads + mb.inner_dim + mb.inner_dim * h
+
+
 def mixer_params(model: ModelSpec, index: int) -> float:
-    """Weights of layer `index`'s token mixer: linear or softmax attention."""
+    """Weights of layer `index`'s token mixer: linear or softmax attention, Mamba-2, or none (a
+    hybrid MLP or MoE layer)."""
+    if not model.has_mixer(index):
+        return 0.0
+    if model.is_mamba_layer(index):
+        return mamba_params(model)
     return linear_attention_params(model) if model.is_linear_attention_layer(index) else attention_params(model)
 
 
@@ -75,10 +88,11 @@ def moe_nonexpert_mlp_params(model: ModelSpec) -> float:
 
 def layer_params(model: ModelSpec, index: int) -> tuple[float, float]:
     """(dense-like params, routed-expert params) of layer `index`, norms included in dense."""
-    norms = 2 * model.hidden_size
+    norms = model.layer_norms(index) * model.hidden_size
     if model.is_moe_layer(index):
         return mixer_params(model, index) + moe_nonexpert_mlp_params(model) + norms, model.num_experts * expert_params(model)
-    return mixer_params(model, index) + dense_mlp_params(model) + norms, 0.0
+    mlp = dense_mlp_params(model) if model.has_ffn(index) else 0.0
+    return mixer_params(model, index) + mlp + norms, 0.0
 
 
 def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
@@ -87,15 +101,19 @@ def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
     ZeRO-3 fetches one at a time): q, k, v, o (MLA: q or q_a and q_b, kv_a, kv_b, o), the MLP's
     3 (gated) or 2 matrices, an MoE layer's router and shared-expert matrices, and E x 3 (or 2)
     expert matrices. Norms stay gathered (under DeepSpeed's persistence threshold). A Gated
-    DeltaNet mixer: in_proj_qkvz, in_proj_ba, the convolution and out_proj (HF Qwen3-Next)."""
-    if model.is_linear_attention_layer(index):
-        attention = 4
-    elif model.mla is not None:
+    DeltaNet mixer: in_proj_qkvz, in_proj_ba, the convolution and out_proj (HF Qwen3-Next). A
+    Mamba-2 mixer: in_proj, the convolution and out_proj (HF NemotronHMamba2Mixer); a hybrid
+    layer holds one block only."""
+    if not model.has_mixer(index):
+        attention = 0
+    elif model.is_mamba_layer(index):
+        attention = 3
+    elif model.mla is not None and not model.is_linear_attention_layer(index):
         attention = 4 + (model.mla.q_lora_rank is not None)
     else:
         attention = 4
     if not model.is_moe_layer(index):
-        return attention + mlp_matrices(model), 0
+        return attention + (mlp_matrices(model) if model.has_ffn(index) else 0), 0
     shared = mlp_matrices(model) if model.moe_shared_expert_ffn_size else 0
     return attention + 1 + shared, model.num_experts * mlp_matrices(model)
 
@@ -123,7 +141,7 @@ def active_params_per_token(model: ModelSpec) -> float:
     """Matmul parameters touched per token (routed experts: k of E), embedding lookup excluded."""
     def active(i: int) -> float:
         dense, routed = layer_params(model, i)
-        return dense - 2 * model.hidden_size + (model.moe_top_k * expert_params(model) if routed else 0.0)
+        return dense - model.layer_norms(i) * model.hidden_size + (model.moe_top_k * expert_params(model) if routed else 0.0)
 
     total = sum(active(i) for i in range(model.num_layers))
     # each MTP module: its layer, its projection and its own pass through the output layer
@@ -136,7 +154,15 @@ def attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: int, c
     keys the layer's span lets a query see (ModelSpec.attention_keys_per_query). A linear-attention
     layer: its causal convolution and its delta rule's four state products per value head
     (K K^T, V K^T, the decayed state update, S Q: 4 d_k d_v multiply-adds; Megatron-LM
-    training.py gdn_layer_flops), the same for every token whatever the sequence length."""
+    training.py gdn_layer_flops), the same for every token whatever the sequence length. A
+    Mamba-2 layer: its scan as Megatron-LM counts it (training.py mamba_layer_flops: 7 d_inner N
+    per token, the SSD kernels' state products) plus the causal convolution. A hybrid MLP or MoE
+    layer: none."""
+    if not model.has_mixer(index):
+        return 0.0
+    if model.is_mamba_layer(index):
+        mb = model.mamba
+        return 7.0 * mb.inner_dim * mb.state_dim + 2.0 * mb.conv_kernel_dim * mb.conv_width
     if model.is_linear_attention_layer(index):
         la = model.linear_attention
         return 2.0 * (la.conv_kernel_dim * la.conv_width + 4 * la.num_value_heads * la.key_head_dim * la.value_head_dim)
@@ -169,7 +195,12 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
     routed = tokens if moe_tokens is None else moe_tokens
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
     out: list[Gemm] = []
-    if model.is_linear_attention_layer(index):
+    if not model.has_mixer(index):
+        pass
+    elif model.is_mamba_layer(index):  # Megatron MambaMixer: in_proj column-, out_proj row-parallel
+        mb = model.mamba
+        out += [Gemm("mamba/in_proj", tokens, mb.in_proj_width / tp, h), Gemm("mamba/out", tokens, h, mb.inner_dim / tp)]
+    elif model.is_linear_attention_layer(index):
         la = model.linear_attention
         out += [Gemm("linear/in_proj", tokens, la.in_proj_width / tp, h), Gemm("linear/out", tokens, h, la.v_dim / tp)]
     elif model.mla is not None:
@@ -197,7 +228,7 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
         if model.moe_shared_expert_ffn_size:
             f_s = model.moe_shared_expert_ffn_size
             out += [Gemm("moe/shared_fc1", tokens, (mats - 1) * f_s / tp, h), Gemm("moe/shared_fc2", tokens, h, f_s / tp)]
-    else:
+    elif model.has_ffn(index):
         f = model.ffn_hidden_size
         out += [Gemm("mlp/fc1", tokens, (mats - 1) * f / tp, h), Gemm("mlp/fc2", tokens, h, f / tp)]
     return out

@@ -53,7 +53,12 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     # FLOPs as counted for HFU: attention non-causal, the convention of model FLOPs (MFU)
     out["attn_flops_counted"] = attention_core_flops_per_token(m, index, tr.seq_len, causal=False) * T / t.tp
     linear = m.is_linear_attention_layer(index)
-    if linear:  # Gated DeltaNet: memory-bound chunked kernels, whatever the stack's attention kernel
+    softmax = m.has_softmax_attention(index)
+    if not m.has_mixer(index):  # a hybrid MLP or MoE layer
+        out["attn"] = out["attn_bwd"] = np.zeros(len(t))
+    elif m.is_mamba_layer(index):  # Mamba-2: the SSD scan's memory-bound chunked kernels
+        out["attn"], out["attn_bwd"] = mamba_seconds(batch, out["attn_flops"])
+    elif linear:  # Gated DeltaNet: memory-bound chunked kernels, whatever the stack's attention kernel
         out["attn"], out["attn_bwd"] = linear_attention_seconds(batch)
     elif tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
         peak = batch.cluster.gpu.peak_flops_per_second("bf16")
@@ -68,14 +73,17 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     if m.is_moe_layer(index):  # routed activations per token of T (moe_tokens k copies over T)
         f_act = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp + m.moe_shared_expert_ffn_size / t.tp
     else:
-        f_act = m.ffn_hidden_size / t.tp
-    elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * T * m.hidden_size / batch.sp_divisor + 3 * B * T * f_act
+        f_act = m.ffn_hidden_size / t.tp if m.has_ffn(index) else 0.0
+    # the per-hidden count is of a transformer layer's two blocks (a norm, a residual add and the
+    # buffers around each); a hybrid layer holds one block, so half of it
+    blocks = m.layer_norms(index)
+    elem_bytes = prm.memory.elementwise_bytes_per_token_per_hidden * blocks / 2 * T * m.hidden_size / batch.sp_divisor + 3 * B * T * f_act
     # QK norm: one more norm kernel over each query and key element, read and written once in
     # the forward like the layer's two norms (the per-hidden count above has those two only)
-    elem_bytes = elem_bytes + 2 * B * T * qk_norm_width(batch, linear)
-    # element-wise forward work of the recomputable submodules: the two norms (read and write
+    elem_bytes = elem_bytes + 2 * B * T * qk_norm_width(batch, not softmax)
+    # element-wise forward work of the recomputable submodules: the norms (read and write
     # T h each), the activation function (3 B per F element as above), the MoE router and permutes
-    out["norm_elem"] = batch.hbm_seconds(2 * 2 * B * T * m.hidden_size / batch.sp_divisor)
+    out["norm_elem"] = batch.hbm_seconds(blocks * 2 * B * T * m.hidden_size / batch.sp_divisor)
     out["act_elem"] = batch.hbm_seconds(3 * B * T * f_act)
     if m.is_moe_layer(index):
         routed_f = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp
@@ -84,15 +92,18 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
     else:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
-    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, linear) if batch.stack.elementwise == "eager" else (0.0, 0.0)
+    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index) if batch.stack.elementwise == "eager" else (0.0, 0.0)
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
-    out["tp"], out["tp_bwd"], out["sac_tp"] = _tp_seconds(batch, m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size)
+    # one AllReduce (SP: AllGather + ReduceScatter) around each block with TP-split weights: the
+    # mixer and the MLP; a MoE block without shared experts has none (see _tp_seconds)
+    pairs = int(m.has_mixer(index)) + int(m.has_ffn(index) and not (m.is_moe_layer(index) and not m.moe_shared_expert_ffn_size))
+    out["tp"], out["tp_bwd"], out["sac_tp"] = _tp_seconds(batch, pairs)
     sm_fwd, sm_bwd = _userbuffers_sm_seconds(batch, gemms, times)
     out["tp"], out["tp_bwd"] = out["tp"] + sm_fwd, out["tp_bwd"] + sm_bwd
-    if linear:
-        out["cp"] = out["cp_bwd"] = linear_attention_cp_seconds(batch)
+    if not softmax:
+        out["cp"] = out["cp_bwd"] = recurrent_cp_seconds(batch, index)
         out["cp_merge"] = out["cp_merge_bwd"] = np.zeros(len(t))
     else:
         out["cp"], out["cp_bwd"] = _cp_exposed(batch, out["attn"], out["attn_bwd"])
@@ -107,8 +118,8 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
 # the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row
 # parallel, ReduceScatter after) and the 'bulk' method (backward dgrad and wgrad of the column
 # parallel GEMMs, beside their ReduceScatter / AllGather)
-USERBUFFERS_PIPELINE = ("attention/out", "linear/out", "mlp/fc2", "moe/shared_fc2")
-USERBUFFERS_BULK = ("attention/qkv", "linear/in_proj", "mlp/fc1", "moe/shared_fc1")
+USERBUFFERS_PIPELINE = ("attention/out", "linear/out", "mamba/out", "mlp/fc2", "moe/shared_fc2")
+USERBUFFERS_BULK = ("attention/qkv", "linear/in_proj", "mamba/in_proj", "mlp/fc1", "moe/shared_fc1")
 
 
 def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.ndarray]:
@@ -126,34 +137,35 @@ def _userbuffers_sm_seconds(batch: Batch, gemms, times) -> tuple[np.ndarray, np.
     return slow * of(USERBUFFERS_PIPELINE), slow * 2 * of(USERBUFFERS_BULK)
 
 
-def qk_norm_width(batch: Batch, linear: bool):
+def qk_norm_width(batch: Batch, no_softmax: bool):
     """Elements per token the QK norms of one layer touch on a rank (ModelSpec.qk_layernorm:
     Qwen3, OLMo-2, Llama-4 per head; MLA's norms on the Q and KV latents): the query and key heads
     this TP rank holds (KV heads replicated when fewer than TP), MLA's latents whole (its down
-    projections are not split over TP); none without QK norm or in a linear-attention layer, whose
-    Q/K L2 norms linear_attention_seconds counts."""
+    projections are not split over TP); none without QK norm or in a layer without softmax
+    attention (a linear-attention layer's Q/K L2 norms linear_attention_seconds counts)."""
     m, t = batch.model, batch.tab
-    if not m.qk_layernorm or linear:
+    if not m.qk_layernorm or no_softmax:
         return 0.0
     if m.mla is not None:
         return float((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank)
     return m.num_attention_heads * m.head_size / t.tp + m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
 
 
-def _eager_extra_bytes(batch: Batch, f_act, linear: bool) -> tuple[np.ndarray, np.ndarray]:
+def _eager_extra_bytes(batch: Batch, f_act, index: int) -> tuple[np.ndarray, np.ndarray]:
     """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
-    [forward, backward]: two norms (h per token, sequence-sharded with SP) and the QK norms, RoPE on the query
+    [forward, backward]: the norms (h per token, sequence-sharded with SP) and the QK norms, RoPE on the query
     and key heads, the gated product's F elements, the attention output's layout copy
-    (profiles/cost/defaults.yaml memory.eager_extra_bytes). A linear-attention layer has no
-    RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
+    (profiles/cost/defaults.yaml memory.eager_extra_bytes). A layer without softmax attention has
+    no RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
     m, t, T, x = batch.model, batch.tab, batch.tokens, batch.params.memory.eager_extra_bytes
-    q = 0.0 if linear else m.num_attention_heads * m.head_size / t.tp
-    k = 0.0 if linear else m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+    no_softmax = not m.has_softmax_attention(index)
+    q = 0.0 if no_softmax else m.num_attention_heads * m.head_size / t.tp
+    k = 0.0 if no_softmax else m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
     gated = 1.0 if m.gated_mlp else 0.0
     rope = 1.0 if m.position_embedding == "rope" else 0.0
     out = []
     for i in (0, 1):
-        per_token = x.norm[i] * (2 * m.hidden_size / batch.sp_divisor + qk_norm_width(batch, linear)) \
+        per_token = x.norm[i] * (m.layer_norms(index) * m.hidden_size / batch.sp_divisor + qk_norm_width(batch, no_softmax)) \
             + rope * x.rope[i] * (q + k) + gated * x.activation[i] * f_act + x.attention_layout[i] * q
         out.append(per_token * T)
     return out[0], out[1]
@@ -180,8 +192,9 @@ def per_op_recomputed(name: str, model, dtype: str) -> float:
     return 0.0
 
 
-def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Two AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward, as many
+def _tp_seconds(batch: Batch, pairs: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`pairs` AllReduce (SP: AllGather + ReduceScatter pairs) of B T h per layer forward (two in
+    a transformer layer, one per block with TP-split weights), as many
     backward (seed 000 'Тензорный параллелизм'): exposed seconds (forward, backward, and the
     forward AllGathers per-op SAC runs again in backward), partly hidden with TP overlap.
     Transformer Engine's userbuffers overlap both passes; PyTorch's async TP (Inductor
@@ -202,7 +215,6 @@ def _tp_seconds(batch: Batch, routed_only: bool = False) -> tuple[np.ndarray, np
     # a MoE layer without shared experts has no TP collective around its MLP half: the router and
     # the dispatch work on each rank's sequence shard, and expert TP gathers what the dispatch
     # brought (autopar.cost.moe.dispatch_seconds; Megatron MoEAlltoAllTokenDispatcher)
-    pairs = 1 if routed_only else 2
     fwd = pairs * np.where(t.sp == 1, gather_fwd + scatter, allreduce)
     bwd = pairs * np.where(t.sp == 1, gather + scatter, allreduce)
     hidden = np.where(t.tp_overlap == 1, prm.comm.tp_overlap, 0.0)
@@ -242,16 +254,42 @@ def linear_attention_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     return batch.hbm_seconds(moved(0)), batch.hbm_seconds(moved(1))
 
 
-def linear_attention_cp_seconds(batch: Batch) -> np.ndarray:
-    """Seconds of a Gated DeltaNet layer's CP exchange, each pass: the recurrence needs the whole
-    sequence, so Megatron-Core's GDN trades sequence shards for head shards before it
-    (a2a_cp_to_hp on the in-projection's output) and back after (the output), two AllToAll on
-    the CP group, not overlapped (megatron/core/ssm/gated_delta_net)."""
-    la, t, B = batch.model.linear_attention, batch.tab, batch.training.activation_bytes
+def recurrent_cp_seconds(batch: Batch, index: int) -> np.ndarray:
+    """Seconds of a recurrent mixer's CP exchange, each pass: the recurrence needs the whole
+    sequence, so Megatron-Core trades sequence shards for head shards before it (a2a_cp_to_hp on
+    the in-projection's output) and back after (the output), two AllToAll on the CP group, not
+    overlapped (megatron/core/ssm/gated_delta_net; mamba_context_parallel.py for Mamba-2). A
+    layer without a mixer exchanges nothing."""
+    m, t, B = batch.model, batch.tab, batch.training.activation_bytes
+    if m.is_mamba_layer(index):
+        widths = (m.mamba.in_proj_width, m.mamba.inner_dim)
+    elif m.is_linear_attention_layer(index):
+        widths = (m.linear_attention.in_proj_width, m.linear_attention.v_dim)
+    else:
+        return np.zeros(len(t))
     group = batch.group("cp")
-    inbound = batch.collective(Collective.all_to_all, B * batch.tokens * la.in_proj_width / t.tp, group)
-    outbound = batch.collective(Collective.all_to_all, B * batch.tokens * la.v_dim / t.tp, group)
+    inbound = batch.collective(Collective.all_to_all, B * batch.tokens * widths[0] / t.tp, group)
+    outbound = batch.collective(Collective.all_to_all, B * batch.tokens * widths[1] / t.tp, group)
     return np.where(t.cp > 1, inbound + outbound, 0.0)
+
+
+def mamba_seconds(batch: Batch, flops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of a Mamba-2 mixer's kernels on one micro-batch: the causal
+    convolution, the SSD chunked scan and the gated RMSNorm (mamba_ssm ssd_combined.py and
+    Megatron-Core's mem-efficient path, profiles/cost/defaults.yaml attention.mamba), heads and
+    groups split across TP as Megatron-Core's MambaMixer splits them. Each pass takes the longer
+    of its HBM traffic and its state products (`flops`, forward; backward twice) at the bf16 peak."""
+    mb, p, t = batch.model.mamba, batch.params.attention.mamba, batch.tab
+    states = mb.head_dim * mb.state_dim / mb.chunk_tokens
+    peak = batch.cluster.gpu.peak_flops_per_second("bf16")
+
+    def moved(i: int) -> np.ndarray:
+        per_head = p.element_bytes * (p.head_elements[i] * mb.head_dim + p.state_elements[i] * mb.state_dim) \
+            + 4.0 * (p.chunk_state_fp32[i] * states + p.chunk_matrix_fp32[i] * mb.chunk_tokens)
+        around = p.conv_bytes[i] * mb.conv_width + p.gated_norm_bytes[i] * mb.inner_dim
+        return batch.tokens * (mb.num_heads * per_head + around) / t.tp
+
+    return np.maximum(batch.hbm_seconds(moved(0)), flops / peak), np.maximum(batch.hbm_seconds(moved(1)), 2 * flops / peak)
 
 
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
@@ -348,14 +386,14 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
         # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
         # reruns the router, the permutes, the dispatch and combine collectives and the experts
-        **module_recompute_parts(f, batch.model.is_moe_layer(index), batch.model.is_linear_attention_layer(index)),
+        **module_recompute_parts(f, batch.model.is_moe_layer(index), not batch.model.has_softmax_attention(index)),
     }
 
 
 def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, linear_layer: bool) -> dict[str, np.ndarray]:
     zero = np.zeros_like(f["gemm"])
-    # core_attn names the softmax attention's core: a Gated DeltaNet layer reruns nothing for it
-    # (and saves nothing: memory.module_dropped_bytes)
+    # core_attn names the softmax attention's core: a layer without one (Gated DeltaNet, Mamba-2,
+    # a hybrid MLP layer) reruns nothing for it (and saves nothing: memory.module_dropped_bytes)
     core = zero if linear_layer else f["attn"] + f["cp"] + f["cp_merge"]
     return {
         "rc_core_attn": core, "rcf_core_attn": zero + (0.0 if linear_layer else f["attn_flops_counted"]),

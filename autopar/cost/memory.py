@@ -92,16 +92,15 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
     m, t = batch.model, batch.tab.tp
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     Bi = gemm_input_bytes(batch)
-    h, a = m.hidden_size, m.num_attention_heads
+    h = m.hidden_size
     drop = 1.0 if m.dropout else 0.0
-    # attention block: norm input, QKV input, Q, K, V, attention output, dropout mask
-    total = (B + Bi) * T * h / tsp + drop * T * h / tsp
-    if m.is_linear_attention_layer(index):
-        total = total + linear_attention_activation_bytes(batch)
-    elif batch.training.flash_attention:
-        total = total + qkv_bytes(batch) + attention_output_bytes(batch) + 4 * T * a / t  # fp32 softmax log-sum-exp per query and head
-    else:
-        total = total + qkv_bytes(batch) + attention_output_bytes(batch) + attention_core_bytes(batch)
+    # attention block: norm input, QKV input, Q, K, V, attention output, dropout mask (a hybrid
+    # layer without a mixer has none of it; a Mamba-2 mixer: mamba_activation_bytes)
+    total = np.zeros(len(batch.tab))
+    if m.has_mixer(index):
+        total = total + (B + Bi) * T * h / tsp + drop * T * h / tsp + _mixer_activation_bytes(batch, index)
+    if not m.has_ffn(index):  # a hybrid attention or Mamba layer
+        return total
     # MLP block: norm input, MLP input, dropout mask
     total = total + (B + Bi) * T * h / tsp + drop * T * h / tsp
     mats = 3 if m.gated_mlp else 2
@@ -132,6 +131,32 @@ def linear_attention_activation_bytes(batch: Batch) -> np.ndarray:
     chunk = batch.params.attention.linear_attention.chunk_tokens
     per_token = B * (la.in_proj_width + la.conv_width + 2 * la.num_value_heads * la.key_head_dim + la.v_dim) \
         + 4 * la.num_value_heads * chunk + Bi * la.v_dim
+    return per_token * T / t
+
+
+def _mixer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
+    """What layer `index`'s token mixer saves beyond its norm and input: Q, K, V, the attention
+    output and the softmax statistics (or the score tensors of unfused attention), or the
+    recurrent mixer's own tensors."""
+    m, T = batch.model, batch.tokens
+    if m.is_mamba_layer(index):
+        return mamba_activation_bytes(batch)
+    if m.is_linear_attention_layer(index):
+        return linear_attention_activation_bytes(batch)
+    if batch.training.flash_attention:  # fp32 softmax log-sum-exp per query and head
+        return qkv_bytes(batch) + attention_output_bytes(batch) + 4 * T * m.num_attention_heads / batch.tab.tp
+    return qkv_bytes(batch) + attention_output_bytes(batch) + attention_core_bytes(batch)
+
+
+def mamba_activation_bytes(batch: Batch) -> np.ndarray:
+    """What a Mamba-2 mixer saves for its backward per micro-batch on a TP rank (Megatron-Core
+    MambaMixer on the mem-efficient path, mamba_ssm mamba_split_conv1d_scan_combined: its
+    autograd function keeps the in-projection's output zxbcdt and the scan's output out_x and
+    recomputes the convolution and the gating in backward; fp32 rstd per group and token), and
+    the out-projection's input."""
+    mb, t = batch.model.mamba, batch.tab.tp
+    T, B, Bi = batch.tokens, batch.training.activation_bytes, gemm_input_bytes(batch)
+    per_token = B * (mb.in_proj_width + mb.inner_dim) + 4 * mb.num_groups + Bi * mb.inner_dim
     return per_token * T / t
 
 
@@ -211,9 +236,10 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     column = t.rc_modules if modules is None else modules
     on = lambda mod: has_module(column, mod)  # noqa: E731
     core = 4 * T * m.num_attention_heads / t.tp if batch.training.flash_attention else attention_core_bytes(batch)
-    if m.is_linear_attention_layer(index):
-        core = 0.0  # core_attn names the softmax attention's core; a Gated DeltaNet layer has none
-    out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), 2 * Bi * T * m.hidden_size / tsp, 0.0)
+    if not m.has_softmax_attention(index):
+        core = 0.0  # core_attn names the softmax attention's core; a Gated DeltaNet or Mamba-2 layer has none
+    norms = m.layer_norms(index) * Bi * T * m.hidden_size / tsp
+    out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), norms, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_copies(batch)
@@ -222,7 +248,7 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
         out = out + np.where(on(RecomputeModule.moe), experts + shared,
                              np.where(on(RecomputeModule.moe_act), Bi * routed * f_e / t.etp, 0.0)
                              + np.where(on(RecomputeModule.shared_experts), shared, 0.0))
-    else:
+    elif m.has_ffn(index):
         out = out + np.where(on(RecomputeModule.mlp), (B * (mats - 1) + Bi) * T * m.ffn_hidden_size / t.tp, 0.0)
     return out
 

@@ -58,6 +58,13 @@ RULES: list[Rule] = [
     Rule("plan.tp", "tp", lambda m, c, tr, t: (m.linear_attention is not None) & ((m.linear_attention.num_key_heads if m.linear_attention else 1) % (t.tp * t.cp) != 0),
          lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide linear_attention.num_key_heads={m.linear_attention.num_key_heads} "
                           "(Gated DeltaNet heads are split across TP and, for the recurrence, CP)"),
+    # Megatron-Core's MambaMixer splits its heads and B/C groups across TP (asserts nheads % tp and
+    # ngroups % tp), then across CP for the scan (mamba_context_parallel.py: the local heads and
+    # groups % cp)
+    Rule("plan.tp", "tp", lambda m, c, tr, t: (m.mamba is not None) & (((m.mamba.num_heads if m.mamba else 1) % (t.tp * t.cp) != 0)
+                                                                        | ((m.mamba.num_groups if m.mamba else 1) % (t.tp * t.cp) != 0)),
+         lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide mamba.num_heads={m.mamba.num_heads} and mamba.num_groups="
+                          f"{m.mamba.num_groups} (Mamba-2 heads and groups are split across TP and, for the scan, CP)"),
     Rule("plan.tp", "tp", lambda m, c, tr, t: m.ffn_hidden_size % t.tp != 0,
          lambda m, tr, r: f"must divide ffn_hidden_size={m.ffn_hidden_size}"),
     Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (tr.seq_len % (2 * t.cp) != 0),

@@ -108,6 +108,12 @@ def check_common(job: EmitJob, rules: Rules) -> None:
     """Checks every emitter makes before its framework's own rules."""
     rules.check(not job.training.frozen_weights, "pretraining only",
                 "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
+    m = job.model
+    rules.check(m.hybrid_layer_pattern is None, "decoder layers of attention plus MLP",
+                f"{m.name} is a hybrid model (pattern {m.hybrid_layer_pattern}, Mamba-2 layers): autopar costs it but writes no "
+                "launcher for it yet -- Megatron-LM trains it with pretrain_mamba.py and its --hybrid-override-pattern / "
+                "--mamba-* flags, Megatron-Bridge with its NemotronH model providers; torchtitan and DeepSpeed have no Mamba-2 layers",
+                "megatron/training/arguments.py --hybrid-override-pattern")
     try:
         job.plan.data_parallel(job.num_gpus)
     except InputError as exc:

@@ -88,12 +88,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def parse_text(text: str, suffix: str, field: str, where: str) -> Any:
-    """JSON (suffix .json) or YAML text -> data; duplicate keys and non-finite numbers refused."""
+def parse_text(text: str, suffix: str, field: str, where: str, non_finite: bool = False) -> Any:
+    """JSON (suffix .json) or YAML text -> data; duplicate keys refused, and non-finite numbers
+    unless `non_finite` (a HuggingFace config.json written by Python's json may hold Infinity in
+    keys autopar does not read, e.g. Nemotron-H's time_step_limit; the caller checks what it uses)."""
     kind = "JSON" if suffix == ".json" else "YAML"
     try:
         if kind == "JSON":
-            data = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+            data = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=None if non_finite else _no_constant)
         else:
             data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
     except _DuplicateKey as exc:
@@ -102,10 +104,16 @@ def parse_text(text: str, suffix: str, field: str, where: str) -> Any:
         raise InputError(field, where, f"not valid {kind}: {_first_line(exc)}") from None
     except (ValueError, RecursionError) as exc:  # parse_constant; absurdly deep nesting
         raise InputError(field, where, f"not valid {kind}: {_first_line(exc)}") from None
+    if not non_finite:
+        refuse_non_finite(data, field, where)
+    return data
+
+
+def refuse_non_finite(data: Any, field: str, where: str) -> None:
+    """InputError naming the first NaN or infinity in `data`."""
     bad = _non_finite(data)
     if bad is not None:
         raise InputError(field, where, f"{bad or 'top level'} is not a finite number (NaN and infinities are refused)")
-    return data
 
 
 def _first_line(exc: Exception) -> str:
@@ -133,15 +141,15 @@ def _non_finite(data: Any, path: str = "") -> str | None:
     return None
 
 
-def read_data(path: str | Path, field: str) -> Any:
-    """A JSON or YAML file's data (any shape), read strictly."""
+def read_data(path: str | Path, field: str, non_finite: bool = False) -> Any:
+    """A JSON or YAML file's data (any shape), read strictly (parse_text)."""
     path = Path(path)
-    return parse_text(read_text(path, field), path.suffix.lower(), field, str(path))
+    return parse_text(read_text(path, field), path.suffix.lower(), field, str(path), non_finite)
 
 
-def read_mapping(path: Path, field: str) -> dict[str, Any]:
+def read_mapping(path: Path, field: str, non_finite: bool = False) -> dict[str, Any]:
     """Read a YAML or JSON file holding one mapping; errors name the CLI field."""
-    data = read_data(path, field)
+    data = read_data(path, field, non_finite)
     if not isinstance(data, dict):
         raise InputError(field, str(path), "file must hold a mapping of keys to values")
     return data

@@ -65,12 +65,30 @@ class LinearAttentionBytes(_Strict):
     gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate Z), per output element")
 
 
+class MambaBytes(_Strict):
+    """HBM traffic of a Mamba-2 layer's mixer kernels (mamba_ssm ops/triton/ssd_combined.py and
+    the causal convolution and gated norm around the scan, as Megatron-Core's MambaMixer runs
+    them): [forward, backward] bf16 elements read plus written per head and token in units of
+    the head width and of the state width, the chunk states (head_dim x state_dim per chunk)
+    moved as fp32, in units of one state's share per token, and the fp32 C^T B chunk matrix
+    (chunk_tokens elements per head and token); bytes per element of the kernels around them."""
+
+    head_elements: tuple[float, float] = Field(description="x, z, the output and their gradients, in head widths")
+    state_elements: tuple[float, float] = Field(description="B and C reads and their gradients, in state widths (per head)")
+    chunk_state_fp32: tuple[float, float] = Field(description="Chunk states (and their gradients) written and read, fp32-equivalent passes")
+    chunk_matrix_fp32: tuple[float, float] = Field(description="Passes over the fp32 C^T B chunk matrix, chunk_tokens elements each")
+    element_bytes: float = Field(gt=0, description="Bytes per element of the kernels' bf16 tensors")
+    conv_bytes: tuple[float, float] = Field(description="Causal depthwise convolution with its SiLU, per x, B, C channel")
+    gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate z), per output element")
+
+
 class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
         description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
     torch_cp_bytes: TorchCpBytes = Field(description="HBM bytes of PyTorch context_parallel's eager merge and accumulation kernels")
     linear_attention: LinearAttentionBytes = Field(description="HBM bytes of the Gated DeltaNet mixer's chunked kernels and the element-wise work around them")
+    mamba: MambaBytes = Field(description="HBM bytes of the Mamba-2 mixer's SSD kernels and the element-wise work around them")
 
     def efficiency(self, kernel: str, architecture: str) -> tuple[float, float]:
         """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""

@@ -8,7 +8,9 @@ expert bias, first-k dense, MTP), Llama-4 (nested text_config, interleaved MoE, 
 GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied); local
 attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llama-4 chunks:
 gpt-oss, Gemma-2/3); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
-full_attention_interval). Other hybrid linear-attention / state-space models are refused by name.
+full_attention_interval); Nemotron-H's hybrid Mamba-2 models (transformers-style
+configuration_nemotron_h.py: hybrid_override_pattern, mamba_* and ssm_state_size keys, squared-ReLU
+MLP, MoE layers 'E'). Other hybrid linear-attention / state-space models are refused by name.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "g
 # layer kinds of transformers' config.layer_types that autopar costs
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 # keys that describe the non-attention layers of hybrid models autopar has no cost for
-# (Nemotron-H, Jamba, MiniMax, Mamba mixers): state-space and other linear-attention layers;
-# Gated DeltaNet layers (Qwen3-Next, linear_attention in layer_types) are costed
+# (Jamba, MiniMax, Mamba-1 mixers): state-space and other linear-attention layers; Gated
+# DeltaNet layers (Qwen3-Next, linear_attention in layer_types) and Nemotron-H's Mamba-2 layers
+# (_nemotron_h) are costed
 HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "mamba_d_state")
 LINEAR_ATTENTION = "linear_attention"
 
@@ -115,6 +118,8 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
     sliding_window covers every layer, Qwen2/3 only with use_sliding_window and from layer
     max_window_layers on, Gemma-2 every even layer, Gemma-3 all but every sliding_window_pattern-th
     (6), Llama-4 the RoPE layers of no_rope_layers (1 = RoPE and chunked, 0 = NoPE and global)."""
+    if _is_nemotron_h(cfg):  # its layer_types / layers_block_type restate hybrid_override_pattern
+        return {}
     hybrid = [k for k in HYBRID_KEYS if k in cfg]
     types = cfg.get("layer_types")
     if isinstance(types, list) and "linear_num_value_heads" in cfg:  # Gated DeltaNet layers: _linear_attention
@@ -185,6 +190,56 @@ def _linear_attention(cfg: dict[str, Any], mtype: str, layers: int, field: str, 
     return {"linear_attention": shape, "linear_attention_layers": linear, "attention_output_gate": "qwen3_next" in mtype}
 
 
+# layers_block_type names (newer Nemotron configs list the blocks instead of the pattern string)
+NEMOTRON_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _is_nemotron_h(cfg: dict[str, Any]) -> bool:
+    return "mamba_num_heads" in cfg and ("hybrid_override_pattern" in cfg or "layers_block_type" in cfg)
+
+
+def _hybrid_pattern(cfg: dict[str, Any], field: str, name: str) -> str:
+    """hybrid_override_pattern, or the same letters from a layers_block_type list."""
+    if cfg.get("hybrid_override_pattern"):
+        return str(cfg["hybrid_override_pattern"])
+    blocks = cfg.get("layers_block_type")
+    unknown = sorted({str(b) for b in blocks if b not in NEMOTRON_BLOCKS}) if isinstance(blocks, list) else ["(not a list)"]
+    if unknown:
+        raise InputError(f"{field}.layers_block_type", unknown, f"names blocks autopar does not know; it costs {sorted(NEMOTRON_BLOCKS)}")
+    return "".join(NEMOTRON_BLOCKS[b] for b in blocks)
+
+
+def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
+    """Nemotron-H (transformers-style configuration_nemotron_h.py, NVIDIA's hub checkpoints): one
+    block per layer from hybrid_override_pattern (M Mamba-2, * attention, - MLP, E MoE), the
+    Mamba-2 shape from mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups (mamba_n_groups
+    as an argument), conv_kernel and chunk_size, a non-gated MLP of mlp_hidden_act (squared ReLU);
+    MoE layers route with sigmoid scores and an expert bias (Megatron-Bridge NemotronHModelProvider)."""
+    pattern = _hybrid_pattern(cfg, field, name)
+    if cfg.get("moe_latent_size"):
+        raise InputError(f"{field}.moe_latent_size", cfg["moe_latent_size"], "LatentMoE (experts working in a down-projected "
+                         "latent width, Nemotron 3 Super/Ultra) is not modelled; autopar costs experts at the model width")
+    mamba = {"num_heads": cfg["mamba_num_heads"], "head_dim": _get(cfg, "mamba_head_dim", field, name),
+             "state_dim": _get(cfg, "ssm_state_size", field, name),
+             "num_groups": cfg.get("n_groups") or cfg.get("mamba_n_groups") or 8,
+             "conv_kernel_dim": cfg.get("conv_kernel") or cfg.get("mamba_d_conv") or 4,
+             "chunk_tokens": cfg.get("chunk_size") or cfg.get("mamba_chunk_size") or 128}
+    act = str(cfg.get("mlp_hidden_act") or "relu2").lower()
+    # no position embedding: Megatron-Core's MambaModel default position_embedding_type 'none'
+    # (the attention layers of Nemotron-H apply no RoPE; HF NemotronHAttention has no rotary)
+    out: dict[str, Any] = {"hybrid_layer_pattern": pattern, "mamba": mamba if "M" in pattern else None,
+                           "head_dim": cfg.get("head_dim") or cfg.get("attention_head_dim"), "position_embedding": "none",
+                           "rope_theta": None, "rope_scaling": None,
+                           "activation": act, "gated_mlp": False, "norm_eps": cfg.get("layer_norm_epsilon") or 1e-5,
+                           "qkv_bias": bool(cfg.get("attention_bias")), "linear_bias": bool(cfg.get("mlp_bias"))}
+    if "E" not in pattern:  # the config's n_routed_experts default describes no layer
+        return {**out, "num_experts": 0, "moe_top_k": 0, "moe_ffn_hidden_size": None, "moe_shared_expert_ffn_size": 0,
+                "moe_router_topk_norm": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
+                "moe_router_topk_scaling_factor": None}
+    shared = (cfg.get("moe_shared_expert_intermediate_size") or 0) * (cfg.get("n_shared_experts") or 1)
+    return {**out, "moe_shared_expert_ffn_size": shared, "moe_router_score_function": "sigmoid", "moe_router_expert_bias": True}
+
+
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
     """ModelSpec fields from a HuggingFace config.json mapping."""
     cfg = _flatten(cfg)
@@ -223,6 +278,8 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
     fields.update(_moe_fields(cfg, mtype))
     fields.update(_attention_span(cfg, mtype, layers, field, name))
     fields.update(_linear_attention(cfg, mtype, layers, field, name))
+    if _is_nemotron_h(cfg):
+        fields.update(_nemotron_h(cfg, field, name))
     if "kv_lora_rank" in cfg:  # DeepSeek MLA
         fields["mla"] = {
             "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],

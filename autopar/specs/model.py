@@ -19,7 +19,7 @@ from autopar.limits import (
     MAX_WIDTH,
 )
 from autopar.specs._base import StrictModel
-from autopar.specs._files import looks_like_path, preset_files, read_mapping
+from autopar.specs._files import looks_like_path, preset_files, read_mapping, refuse_non_finite
 
 
 class MlaSpec(StrictModel):
@@ -79,6 +79,50 @@ class LinearAttentionSpec(StrictModel):
     def conv_width(self) -> int:
         """Channels of the causal convolution: Q, K and V."""
         return 2 * self.qk_dim + self.v_dim
+
+
+class MambaSpec(StrictModel):
+    """Mamba-2 mixer (Dao and Gu 2024, 'Transformers are SSMs', the SSD layer; Megatron-Core
+    megatron/core/ssm/mamba_mixer.py; HF NemotronHMamba2Mixer): an in-projection to the gate z
+    and x (num_heads x head_dim each), B and C (num_groups x state_dim each) and one time step
+    per head; a causal depthwise convolution over x, B and C; the chunked state-space scan with a
+    head_dim x state_dim state per head; a gated RMSNorm and the out-projection."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    num_heads: int = Field(gt=0, le=4 * MAX_HEADS, description="SSM heads (Megatron --mamba-num-heads; HF mamba_num_heads)")
+    head_dim: int = Field(gt=0, le=MAX_WIDTH, description="Channels per head (Megatron --mamba-head-dim; HF mamba_head_dim)")
+    state_dim: int = Field(gt=0, le=MAX_WIDTH, description="State size N (Megatron --mamba-state-dim; HF ssm_state_size)")
+    num_groups: int = Field(gt=0, le=MAX_HEADS, description="B and C groups (Megatron --mamba-num-groups; HF n_groups)")
+    conv_kernel_dim: int = Field(4, gt=0, le=64, description="Causal convolution width, tokens (HF conv_kernel)")
+    chunk_tokens: int = Field(128, gt=0, le=MAX_SEQ_LEN, description="Chunk of the SSD scan, tokens (Megatron MambaMixer "
+                              "chunk_size 128; HF chunk_size)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MambaSpec":
+        if self.num_heads % self.num_groups:
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_groups={self.num_groups}")
+        return self
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of x, of the gate z and of the scan's output: heads x head dim."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """Outputs of the in-projection per token: z, x, B, C and dt (Megatron MambaMixer in_proj)."""
+        return 2 * self.inner_dim + 2 * self.num_groups * self.state_dim + self.num_heads
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the causal convolution: x, B and C."""
+        return self.inner_dim + 2 * self.num_groups * self.state_dim
+
+
+# the letters of a hybrid layer pattern (Megatron-LM --hybrid-override-pattern, HF
+# hybrid_override_pattern): each letter is one layer holding one block, with its own norm
+HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
+HYBRID_LETTERS = HYBRID_MAMBA + HYBRID_ATTENTION + HYBRID_MLP + HYBRID_MOE
 
 
 class RouterScore(str, Enum):
@@ -153,7 +197,7 @@ class ModelSpec(StrictModel):
     activation: str = Field("silu", description="MLP activation (HF hidden_act: silu, gelu, gelu_new, relu ...)")
     qkv_bias: bool = Field(False, description="Bias on the QKV projection (Qwen2)")
     linear_bias: bool = Field(False, description="Bias on the other linear layers (GPT-2, GPT-3)")
-    position_embedding: str = Field("rope", description="rope | learned_absolute")
+    position_embedding: str = Field("rope", description="rope | learned_absolute | none (Nemotron-H's attention layers)")
     rope_theta: float | None = Field(None, gt=0, description="RoPE base frequency")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (Llama-3.1 llama3, DeepSeek yarn); null = none")
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
@@ -177,13 +221,18 @@ class ModelSpec(StrictModel):
                                                          "null = every layer is softmax attention")
     linear_attention_layers: tuple[int, ...] = Field((), description="0-based layers whose mixer is linear attention (Qwen3-Next: "
                                                      "three of every four, HF layer_types linear_attention)")
+    mamba: MambaSpec | None = Field(None, description="Shape of the Mamba-2 layers of a hybrid model; null = none")
+    hybrid_layer_pattern: str | None = Field(None, description="One letter per layer of a hybrid model, each layer one block "
+                                             "with its own norm: M Mamba-2 mixer, * softmax attention, - dense MLP, E MoE "
+                                             "(Megatron-LM --hybrid-override-pattern; Nemotron-H); null = every layer is "
+                                             "attention plus MLP")
 
     def check_positions(self, seq_len: int, framework: str | None = None) -> None:
         """A learned absolute position embedding has one trained row per position, so a launcher
         cannot run sequences longer than its table (Megatron-LM refuses max_position_embeddings <
         seq_length for it; RoPE has no table). The cost model does not depend on the table, so
         only a search for a framework's launcher checks this. InputError names the rule."""
-        if self.position_embedding != "rope" and self.max_position_embeddings is not None and seq_len > self.max_position_embeddings:
+        if self.position_embedding == "learned_absolute" and self.max_position_embeddings is not None and seq_len > self.max_position_embeddings:
             raise InputError("seq-len", seq_len, f"exceeds {self.name}'s learned position table (max_position_embeddings="
                              f"{self.max_position_embeddings}, position_embedding={self.position_embedding}); a learned table "
                              f"has one row per trained position, so {framework or 'a launcher'} refuses every plan -- use a config "
@@ -212,7 +261,25 @@ class ModelSpec(StrictModel):
         outside = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
         if outside:
             raise ValueError(f"linear_attention_layers={outside} must be layer indices in 0..{self.num_layers - 1}")
+        if self.hybrid_layer_pattern is not None:
+            self._check_hybrid(self.hybrid_layer_pattern)
+        elif self.mamba is not None:
+            raise ValueError("mamba (the Mamba-2 layers' shape) needs hybrid_layer_pattern (which layers are Mamba)")
         return self
+
+    def _check_hybrid(self, pattern: str) -> None:
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"hybrid_layer_pattern has {len(pattern)} letters; it must have one per layer (num_layers={self.num_layers})")
+        wrong = sorted(set(pattern) - set(HYBRID_LETTERS))
+        if wrong:
+            raise ValueError(f"hybrid_layer_pattern letters {wrong} are not M (Mamba), * (attention), - (MLP) or E (MoE)")
+        if (HYBRID_MAMBA in pattern) != (self.mamba is not None):
+            raise ValueError("hybrid_layer_pattern has Mamba layers (M) exactly when mamba (their shape) is given")
+        if (HYBRID_MOE in pattern) != bool(self.num_experts):
+            raise ValueError("hybrid_layer_pattern has MoE layers (E) exactly when num_experts > 0")
+        if self.linear_attention is not None or self.moe_first_k_dense_layers or self.moe_dense_layers or self.moe_layer_freq != 1:
+            raise ValueError("a hybrid_layer_pattern names each layer's block itself: linear_attention, moe_first_k_dense_layers, "
+                             "moe_dense_layers and moe_layer_freq do not apply")
 
     # ---- derived shape -------------------------------------------------------------
     @property
@@ -227,8 +294,42 @@ class ModelSpec(StrictModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    def _hybrid_letter(self, index: int) -> str | None:
+        """Layer `index`'s letter of hybrid_layer_pattern (an MTP module, index >= num_layers, is
+        of the last layer's kind); None for a model without one."""
+        if self.hybrid_layer_pattern is None:
+            return None
+        return self.hybrid_layer_pattern[min(index, self.num_layers - 1)]
+
+    def has_mixer(self, index: int) -> bool:
+        """Layer `index` has a token mixer (attention, linear attention or Mamba): every layer of
+        a transformer; the M and * layers of a hybrid pattern."""
+        return self._hybrid_letter(index) in (None, HYBRID_MAMBA, HYBRID_ATTENTION)
+
+    def has_ffn(self, index: int) -> bool:
+        """Layer `index` has an MLP or MoE block: every layer of a transformer; the - and E
+        layers of a hybrid pattern."""
+        return self._hybrid_letter(index) in (None, HYBRID_MLP, HYBRID_MOE)
+
+    def is_mamba_layer(self, index: int) -> bool:
+        """Layer `index`'s mixer is a Mamba-2 SSM (hybrid pattern letter M)."""
+        return self._hybrid_letter(index) == HYBRID_MAMBA
+
+    def has_softmax_attention(self, index: int) -> bool:
+        """Layer `index` runs softmax attention (not linear attention, Mamba, or no mixer)."""
+        return self.has_mixer(index) and not self.is_mamba_layer(index) and not self.is_linear_attention_layer(index)
+
+    def layer_norms(self, index: int) -> int:
+        """Norms of layer `index`: one before each block (two in a transformer layer, one in a
+        hybrid layer)."""
+        return int(self.has_mixer(index)) + int(self.has_ffn(index))
+
     def is_moe_layer(self, index: int) -> bool:
-        """Layer `index` (0-based) has routed experts (Megatron --moe-layer-freq pattern)."""
+        """Layer `index` (0-based) has routed experts (Megatron --moe-layer-freq pattern; a hybrid
+        pattern's E layers)."""
+        letter = self._hybrid_letter(index)
+        if letter is not None:
+            return letter == HYBRID_MOE
         if not self.is_moe or index < self.moe_first_k_dense_layers or index in self.moe_dense_layers:
             return False
         return (index - self.moe_first_k_dense_layers) % self.moe_layer_freq == 0
@@ -258,10 +359,11 @@ class ModelSpec(StrictModel):
         attention (an MTP module, index >= num_layers, is of the last layer's kind)."""
         return min(index, self.num_layers - 1) in self.linear_attention_layers
 
-    def layer_kind(self, index: int) -> tuple[bool, bool, bool]:
-        """What sets a layer's costs apart: (routed experts, local attention, linear attention)."""
+    def layer_kind(self, index: int) -> tuple[bool, bool, bool, str | None]:
+        """What sets a layer's costs apart: (routed experts, local attention, linear attention,
+        hybrid pattern letter)."""
         index = min(index, self.num_layers - 1)
-        return self.is_moe_layer(index), self.is_local_attention_layer(index), self.is_linear_attention_layer(index)
+        return self.is_moe_layer(index), self.is_local_attention_layer(index), self.is_linear_attention_layer(index), self._hybrid_letter(index)
 
     @property
     def num_moe_layers(self) -> int:
@@ -275,6 +377,7 @@ def model_from_mapping(data: dict[str, Any], name: str, field: str = "model") ->
 
     try:
         fields = hf_fields(data, name, field) if is_hf_config(data) else {"name": name, **data}
+        refuse_non_finite(fields, field, name)  # the file may hold infinities only in keys autopar does not read
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         raise InputError.from_validation(exc, field) from None
@@ -285,14 +388,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     or an HF checkpoint directory holding one."""
     presets = preset_files("models")
     if name_or_path in presets:
-        return model_from_mapping(read_mapping(presets[name_or_path], "model"), name_or_path)
+        return model_from_mapping(read_mapping(presets[name_or_path], "model", non_finite=True), name_or_path)
     path = Path(name_or_path)
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
             raise InputError("model", name_or_path, "directory holds no config.json (a HuggingFace checkpoint directory has one)")
-        return model_from_mapping(read_mapping(config, "model"), path.resolve().name)
+        return model_from_mapping(read_mapping(config, "model", non_finite=True), path.resolve().name)
     if looks_like_path(name_or_path) or path.is_file():
         name = path.parent.name if path.name == "config.json" else path.stem
-        return model_from_mapping(read_mapping(path, "model"), name or path.stem)
+        return model_from_mapping(read_mapping(path, "model", non_finite=True), name or path.stem)
     raise ProfileNotFound("model", name_or_path, list(presets))

@@ -76,7 +76,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   a training choice): from the model preset the row names (profiles/models; file name or a known
   alias such as 'Llama4 Scout') when its layers, width and experts are the row's; the preset also
   fills KV heads, FFN widths, top-k and vocabulary the row leaves out
-- hybrid Mamba models (Nemotron-H, Jamba, Zamba, Falcon-H1, or a row that says Mamba): not modelled"""
+- hybrid Mamba models (Nemotron-H, Jamba, Zamba, Falcon-H1, or a row that says Mamba): not modelled,
+  unless the row's model is a preset with its Mamba-2 layers (Nemotron-H 8B / 56B, Nemotron 3 Nano)"""
 
 
 @dataclass
@@ -162,6 +163,9 @@ PRESET_NAMES = (
     (re.compile(r"gpt[-_ ]?oss[-_ ]?120b", re.I), "gpt-oss-120b"),
     (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
     (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
+    (re.compile(r"nemotron[-_ ]?h[-_ ]?56b", re.I), "nemotron-h-56b"),
+    (re.compile(r"nemotron[-_ ]?h[-_ ]?8b", re.I), "nemotron-h-8b"),
+    (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?nano", re.I), "nemotron-3-nano-30b-a3b"),
 )
 ARCHITECTURE_FIELDS = (
     "head_dim", "gated_mlp", "tied_embeddings", "activation", "normalization", "qk_layernorm", "qkv_bias",
@@ -169,7 +173,7 @@ ARCHITECTURE_FIELDS = (
     "moe_router_expert_bias", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_topk_norm", "moe_shared_expert_gate", "mtp_num_layers", "attention_window", "attention_chunked",
     "global_attention_layers", "attention_output_gate", "attention_sinks", "swiglu_limit", "linear_attention",
-    "linear_attention_layers",
+    "linear_attention_layers", "mamba", "hybrid_layer_pattern", "position_embedding",
 )
 # row columns (same names as ModelSpec's) the preset fills when the row leaves them out
 FILLED_FROM_PRESET = ("num_kv_heads", "ffn_hidden_size", "vocab_size", "moe_top_k", "moe_ffn_hidden_size",
@@ -411,20 +415,23 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
     return sorted(out)
 
 
+# a hybrid Mamba model is modelled when the row's model is a preset with its Mamba-2 layers
+# (row_preset: Nemotron-H 8B / 56B, Nemotron 3 Nano); other state-space models are not
+MAMBA_NOT_MODELLED = "hybrid state-space layers (Mamba) are not in the model spec"
 NOT_MODELLED = (
-    (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I),
-     "hybrid state-space layers (Mamba) are not in the model spec"),
+    (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I), MAMBA_NOT_MODELLED),
     (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled"),
 )
 
 
-def not_modelled(row: dict[str, Any]) -> str | None:
-    """The physical fact of the row the model does not take, if any."""
+def not_modelled(row: dict[str, Any], model: ModelSpec | None = None) -> str | None:
+    """The physical fact of the row the model does not take, if any (`model`: the row's model,
+    whose Mamba-2 layers make a hybrid row modelled)."""
     text = " ".join(str(row.get(k) or "") for k in ("model_name", "extra_layout", "notes", "variant"))
     text += " " + " ".join(f"{k}={v}" for k, v in (row.get("other_metrics") or {}).items()
                            if v and str(v).lower() not in ("false", "0", "none", "off", "no"))
     for pattern, reason in NOT_MODELLED:
-        if pattern.search(text):
+        if pattern.search(text) and not (reason == MAMBA_NOT_MODELLED and model is not None and model.mamba is not None):
             return reason
     return None
 
@@ -432,7 +439,7 @@ def not_modelled(row: dict[str, Any]) -> str | None:
 def row_inputs(row: dict[str, Any]) -> RowInputs:
     model, cluster, training = row_model(row), row_cluster(row), row_training(row)
     fields, open_choices = row_plan_fields(row, model, training)
-    return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row))
+    return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model))
 
 
 def plan_of(fields: dict[str, Any]) -> Plan:

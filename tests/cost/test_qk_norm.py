@@ -32,7 +32,7 @@ def _batch(model: ModelSpec, tp: int) -> Batch:
 ])
 def test_qk_norm_bytes_by_hand(tp, width):
     normed, plain = _batch(GQA.model_copy(update={"qk_layernorm": True}), tp), _batch(GQA, tp)
-    assert float(np.ravel(qk_norm_width(normed, linear=False))[0]) == pytest.approx(width)
+    assert float(np.ravel(qk_norm_width(normed, no_softmax=False))[0]) == pytest.approx(width)
     f, g = layer_forward(normed, 0), layer_forward(plain, 0)
     tokens = 4096  # one micro-batch of one sequence
     fwd = normed.hbm_seconds(4 * tokens * width)  # read 2 + write 2 bytes per element
@@ -44,5 +44,5 @@ def test_mla_norms_its_latents_whole():
     """DeepSeek-V3's q_a_layernorm and kv_a_layernorm run on the 1,536 + 512 latent elements of
     each token, on every TP rank (the down projections are not split)."""
     b = _batch(load_model("deepseek-v3").model_copy(update={"num_layers": 4, "moe_first_k_dense_layers": 4}), 8)
-    assert qk_norm_width(b, linear=False) == 1536 + 512
-    assert qk_norm_width(b, linear=True) == 0.0
+    assert qk_norm_width(b, no_softmax=False) == 1536 + 512
+    assert qk_norm_width(b, no_softmax=True) == 0.0
