@@ -46,7 +46,16 @@ class TorchCpBytes(_Strict):
     backward_kv: tuple[float, float] = Field(description="fp32 accumulation of dK, dV, their cat into the exchange buffer, K, V cat; init and cast back")
 
 
-class LinearAttentionBytes(_Strict):
+class _RecurrentMixerBytes(_Strict):
+    """What the recurrent mixers' kernels share: bf16 element size, the causal depthwise
+    convolution before the recurrence and the gated RMSNorm after it."""
+
+    element_bytes: float = Field(gt=0, description="Bytes per element of the kernels' bf16 tensors")
+    conv_bytes: tuple[float, float] = Field(description="Causal depthwise convolution with its SiLU, per convolved channel")
+    gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate), per output element")
+
+
+class LinearAttentionBytes(_RecurrentMixerBytes):
     """HBM traffic of a Gated DeltaNet layer's token mixer (flash-linear-attention's chunked
     kernels, fla/ops/gated_delta_rule/chunk.py, as Megatron-Core and HF Qwen3-Next call them):
     [forward, backward] elements read plus written per value head and token, in units of the key
@@ -59,13 +68,10 @@ class LinearAttentionBytes(_Strict):
     value_elements: tuple[float, float] = Field(description="V, U, the new V, the output and their gradients, in value-head widths")
     state_elements: tuple[float, float] = Field(description="Chunk states h (and dh) written and read, in d_k d_v / chunk_tokens")
     chunk_matrix_fp32: tuple[float, float] = Field(description="Writes and reads of the fp32 chunk matrix A, chunk_tokens elements each")
-    element_bytes: float = Field(gt=0, description="Bytes per element of the kernels' bf16 tensors")
-    conv_bytes: tuple[float, float] = Field(description="Causal depthwise convolution with its SiLU, per Q, K, V channel")
     l2norm_bytes: tuple[float, float] = Field(description="L2 normalisation of the queries and keys, per Q and K element")
-    gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate Z), per output element")
 
 
-class MambaBytes(_Strict):
+class MambaBytes(_RecurrentMixerBytes):
     """HBM traffic of a Mamba-2 layer's mixer kernels (mamba_ssm ops/triton/ssd_combined.py and
     the causal convolution and gated norm around the scan, as Megatron-Core's MambaMixer runs
     them): [forward, backward] bf16 elements read plus written per head and token in units of
@@ -77,9 +83,6 @@ class MambaBytes(_Strict):
     state_elements: tuple[float, float] = Field(description="B and C reads and their gradients, in state widths (per head)")
     chunk_state_fp32: tuple[float, float] = Field(description="Chunk states (and their gradients) written and read, fp32-equivalent passes")
     chunk_matrix_fp32: tuple[float, float] = Field(description="Passes over the fp32 C^T B chunk matrix, chunk_tokens elements each")
-    element_bytes: float = Field(gt=0, description="Bytes per element of the kernels' bf16 tensors")
-    conv_bytes: tuple[float, float] = Field(description="Causal depthwise convolution with its SiLU, per x, B, C channel")
-    gated_norm_bytes: tuple[float, float] = Field(description="Gated RMSNorm of the output (reads it and the gate z), per output element")
 
 
 class AttentionParams(_Strict):
