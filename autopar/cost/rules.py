@@ -44,6 +44,26 @@ def _layout_message(model: ModelSpec, row: dict) -> str:
     return found if isinstance(found, str) else "layout is legal"
 
 
+def recurrent_split_counts(model: ModelSpec) -> dict[str, int]:
+    """What Megatron-Core splits across TP and then, for the recurrence, across CP in the
+    model's recurrent mixers: Gated DeltaNet's key heads (the value heads go with them;
+    megatron/core/ssm/gated_delta_net, a2a_cp_to_hp), Mamba-2's heads and B/C groups (MambaMixer
+    asserts nheads % tp and ngroups % tp; mamba_context_parallel.py the local ones % cp)."""
+    out = {}
+    if model.linear_attention is not None:
+        out["linear_attention.num_key_heads"] = model.linear_attention.num_key_heads
+    if model.mamba is not None:
+        out.update({"mamba.num_heads": model.mamba.num_heads, "mamba.num_groups": model.mamba.num_groups})
+    return out
+
+
+def _recurrent_split_broken(model: ModelSpec, tab: PlanTable) -> np.ndarray:
+    broken = np.zeros(len(tab), dtype=bool)
+    for count in recurrent_split_counts(model).values():
+        broken |= count % (tab.tp * tab.cp) != 0
+    return broken
+
+
 def _microbatches(training: TrainingSpec, tab: PlanTable) -> np.ndarray:
     return training.global_batch_size // (tab.dp * tab.mbs)
 
@@ -53,18 +73,10 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"must divide num_attention_heads={m.num_attention_heads}"),
     Rule("plan.tp", "tp", lambda m, c, tr, t: (m.mla is None) & (m.kv_heads % t.tp != 0) & (t.tp % m.kv_heads != 0),
          lambda m, tr, r: f"num_kv_heads={m.kv_heads} and tp must divide one another"),
-    # Megatron-Core's Gated DeltaNet splits its key heads (and the value heads with them) across
-    # TP, then across CP for the recurrence (a2a_cp_to_hp): tp x cp must divide the key heads
-    Rule("plan.tp", "tp", lambda m, c, tr, t: (m.linear_attention is not None) & ((m.linear_attention.num_key_heads if m.linear_attention else 1) % (t.tp * t.cp) != 0),
-         lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide linear_attention.num_key_heads={m.linear_attention.num_key_heads} "
-                          "(Gated DeltaNet heads are split across TP and, for the recurrence, CP)"),
-    # Megatron-Core's MambaMixer splits its heads and B/C groups across TP (asserts nheads % tp and
-    # ngroups % tp), then across CP for the scan (mamba_context_parallel.py: the local heads and
-    # groups % cp)
-    Rule("plan.tp", "tp", lambda m, c, tr, t: (m.mamba is not None) & (((m.mamba.num_heads if m.mamba else 1) % (t.tp * t.cp) != 0)
-                                                                        | ((m.mamba.num_groups if m.mamba else 1) % (t.tp * t.cp) != 0)),
-         lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide mamba.num_heads={m.mamba.num_heads} and mamba.num_groups="
-                          f"{m.mamba.num_groups} (Mamba-2 heads and groups are split across TP and, for the scan, CP)"),
+    Rule("plan.tp", "tp", lambda m, c, tr, t: _recurrent_split_broken(m, t),
+         lambda m, tr, r: f"tp*cp={r['tp'] * r['cp']} must divide "
+                          + " and ".join(f"{k}={v}" for k, v in recurrent_split_counts(m).items())
+                          + " (a recurrent mixer's heads are split across TP and, for the recurrence, CP)"),
     Rule("plan.tp", "tp", lambda m, c, tr, t: m.ffn_hidden_size % t.tp != 0,
          lambda m, tr, r: f"must divide ffn_hidden_size={m.ffn_hidden_size}"),
     Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (tr.seq_len % (2 * t.cp) != 0),

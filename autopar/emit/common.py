@@ -110,7 +110,7 @@ def check_common(job: EmitJob, rules: Rules) -> None:
                 "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
     m = job.model
     rules.check(m.hybrid_layer_pattern is None, "decoder layers of attention plus MLP",
-                f"{m.name} is a hybrid model (pattern {m.hybrid_layer_pattern}, Mamba-2 layers): autopar costs it but writes no "
+                f"{m.name} is a hybrid model (one block per layer, pattern {m.hybrid_layer_pattern}): autopar costs it but writes no "
                 "launcher for it yet -- Megatron-LM trains it with pretrain_mamba.py and its --hybrid-override-pattern / "
                 "--mamba-* flags, Megatron-Bridge with its NemotronH model providers; torchtitan and DeepSpeed have no Mamba-2 layers",
                 "megatron/training/arguments.py --hybrid-override-pattern")

@@ -415,12 +415,14 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
     return sorted(out)
 
 
-# a hybrid Mamba model is modelled when the row's model is a preset with its Mamba-2 layers
-# (row_preset: Nemotron-H 8B / 56B, Nemotron 3 Nano); other state-space models are not
-MAMBA_NOT_MODELLED = "hybrid state-space layers (Mamba) are not in the model spec"
+# (what the row's text names, the fact, and when the row's model takes it after all): a hybrid
+# Mamba model is modelled when its model is a preset with the Mamba-2 layers (row_preset:
+# Nemotron-H 8B / 56B, Nemotron 3 Nano); other state-space models are not
 NOT_MODELLED = (
-    (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I), MAMBA_NOT_MODELLED),
-    (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled"),
+    (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I),
+     "hybrid state-space layers (Mamba) are not in the model spec", lambda m: m.mamba is not None),
+    (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled",
+     lambda m: False),
 )
 
 
@@ -430,8 +432,8 @@ def not_modelled(row: dict[str, Any], model: ModelSpec | None = None) -> str | N
     text = " ".join(str(row.get(k) or "") for k in ("model_name", "extra_layout", "notes", "variant"))
     text += " " + " ".join(f"{k}={v}" for k, v in (row.get("other_metrics") or {}).items()
                            if v and str(v).lower() not in ("false", "0", "none", "off", "no"))
-    for pattern, reason in NOT_MODELLED:
-        if pattern.search(text) and not (reason == MAMBA_NOT_MODELLED and model is not None and model.mamba is not None):
+    for pattern, reason, taken in NOT_MODELLED:
+        if pattern.search(text) and not (model is not None and taken(model)):
             return reason
     return None
 
