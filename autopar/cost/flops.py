@@ -77,13 +77,26 @@ def dense_mlp_params(model: ModelSpec) -> float:
 
 
 def expert_params(model: ModelSpec) -> float:
-    """Parameters of one routed expert."""
-    return mlp_matrices(model) * model.hidden_size * (model.moe_ffn_hidden_size or 0)
+    """Parameters of one routed expert (its matrices take and return the expert width: the
+    LatentMoE width or h)."""
+    return mlp_matrices(model) * model.moe_expert_width * (model.moe_ffn_hidden_size or 0)
+
+
+def latent_projection_params(model: ModelSpec) -> float:
+    """LatentMoE's two projections of one MoE layer, h -> latent before the dispatch and latent
+    -> h after the combine (Megatron-Core moe_layer.py fc1_latent_proj / fc2_latent_proj,
+    TELinear without bias); 0 without a latent width. Megatron keeps them whole on every TP rank
+    (parallel_mode 'duplicated'); autopar splits a layer's dense-like weights over TP, as it
+    does the norms, so per GPU they are under-counted by (tp - 1) / tp: 8.4M of a Nemotron 3
+    Super layer's 10.5M dense-like weights at tp 8."""
+    return 2 * model.hidden_size * model.moe_latent_size if model.moe_latent_size else 0.0
 
 
 def moe_nonexpert_mlp_params(model: ModelSpec) -> float:
-    """Shared experts and router of one MoE layer (replicated like dense weights)."""
-    return mlp_matrices(model) * model.hidden_size * model.moe_shared_expert_ffn_size + model.hidden_size * model.num_experts
+    """Shared experts, router and latent projections of one MoE layer (replicated like dense
+    weights)."""
+    return (mlp_matrices(model) * model.hidden_size * model.moe_shared_expert_ffn_size + model.hidden_size * model.num_experts
+            + latent_projection_params(model))
 
 
 def layer_params(model: ModelSpec, index: int) -> tuple[float, float]:
@@ -115,7 +128,8 @@ def layer_weight_modules(model: ModelSpec, index: int) -> tuple[int, int]:
     if not model.is_moe_layer(index):
         return attention + (mlp_matrices(model) if model.has_ffn(index) else 0), 0
     shared = mlp_matrices(model) if model.moe_shared_expert_ffn_size else 0
-    return attention + 1 + shared, model.num_experts * mlp_matrices(model)
+    latent = 2 if model.moe_latent_size else 0
+    return attention + 1 + shared + latent, model.num_experts * mlp_matrices(model)
 
 
 def embedding_params(model: ModelSpec) -> float:
@@ -218,13 +232,15 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
         out += [Gemm("attention/qkv", tokens, (a * d + gate + 2 * g * d) / tp, h), Gemm("attention/out", tokens, h, a * d / tp)]
     mats = mlp_matrices(model)
     if model.is_moe_layer(index):
-        f_e = model.moe_ffn_hidden_size or 0
+        f_e, w = model.moe_ffn_hidden_size or 0, model.moe_expert_width
         local_experts = model.num_experts / ep
         # balanced routing: each GPU's experts receive tokens x k assignments in total
         per_expert = routed * model.moe_top_k * ep / model.num_experts * load
-        out += [Gemm("moe/router", routed / etp, model.num_experts, h),
-                Gemm("moe/experts_fc1", per_expert, (mats - 1) * f_e / etp, h, local_experts),
-                Gemm("moe/experts_fc2", per_expert, h, f_e / etp, local_experts)]
+        out.append(Gemm("moe/router", routed / etp, model.num_experts, h))
+        if model.moe_latent_size:  # LatentMoE: the router's tokens down before the dispatch, back up after the combine
+            out += [Gemm("moe/latent_down", routed / etp, w, h), Gemm("moe/latent_up", routed / etp, h, w)]
+        out += [Gemm("moe/experts_fc1", per_expert, (mats - 1) * f_e / etp, w, local_experts),
+                Gemm("moe/experts_fc2", per_expert, w, f_e / etp, local_experts)]
         if model.moe_shared_expert_ffn_size:
             f_s = model.moe_shared_expert_ffn_size
             out += [Gemm("moe/shared_fc1", tokens, (mats - 1) * f_s / tp, h), Gemm("moe/shared_fc2", tokens, h, f_s / tp)]

@@ -110,13 +110,25 @@ def layer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
         # activation output (fc2's input)
         routed = routed_copies(batch)
         total = total + 4 * T * m.num_experts  # fp32 router probabilities
-        total = total + Bi * routed * h + B * routed * (mats - 1) * f_e / et + Bi * routed * f_e / et
+        total = total + Bi * routed * m.moe_expert_width + B * routed * (mats - 1) * f_e / et + Bi * routed * f_e / et
+        total = total + latent_up_input_bytes(batch)
         f_s = m.moe_shared_expert_ffn_size
         total = total + B * T * (mats - 1) * f_s / t + Bi * T * f_s / t
     else:
         f = m.ffn_hidden_size
         total = total + B * T * (mats - 1) * f / t + Bi * T * f / t  # fc1 output(s), activation output
     return total
+
+
+def latent_up_input_bytes(batch: Batch) -> np.ndarray | float:
+    """What a LatentMoE layer's up-projection saves for its backward: the combined expert output
+    at the latent width, on the tokens this rank routed (Megatron-Core moe_layer.py
+    fc2_latent_proj, a linear that keeps its input); its down-projection reads the MLP input,
+    counted once with the router's. 0 without a latent width."""
+    m = batch.model
+    if not m.moe_latent_size:
+        return 0.0
+    return gemm_input_bytes(batch) * batch.tokens * m.moe_latent_size / batch.sp_divisor
 
 
 def linear_attention_activation_bytes(batch: Batch) -> np.ndarray:
@@ -214,7 +226,7 @@ def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -
         mats = 3 if m.gated_mlp else 2
         routed = routed_copies(batch)
         kept = ~has_module(recomputed, RecomputeModule.moe)
-        out = out + np.where(on(OffloadModule.expert_fc1) & kept, Bi * routed * m.hidden_size, 0.0)
+        out = out + np.where(on(OffloadModule.expert_fc1) & kept, Bi * routed * m.moe_expert_width, 0.0)
         out = out + np.where(on(OffloadModule.moe_act) & kept, B * routed * (mats - 1) * (m.moe_ffn_hidden_size or 0) / t.etp, 0.0)
     return np.minimum(out, saved_activation_bytes(batch, index) if saved is None else saved)
 
@@ -244,7 +256,8 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_copies(batch)
         shared = (B * (mats - 1) + Bi) * T * f_s / t.tp
-        experts = 4 * T * m.num_experts + Bi * routed * m.hidden_size + (B * (mats - 1) + Bi) * routed * f_e / t.etp
+        experts = 4 * T * m.num_experts + Bi * routed * m.moe_expert_width + (B * (mats - 1) + Bi) * routed * f_e / t.etp \
+            + latent_up_input_bytes(batch)
         out = out + np.where(on(RecomputeModule.moe), experts + shared,
                              np.where(on(RecomputeModule.moe_act), Bi * routed * f_e / t.etp, 0.0)
                              + np.where(on(RecomputeModule.shared_experts), shared, 0.0))
@@ -264,7 +277,7 @@ def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
     out = B * T * (2 * m.hidden_size / tsp + q + v + q) + 4 * T * m.num_attention_heads / t
     if m.is_moe_layer(index):
         routed = routed_copies(batch)
-        return out + B * routed * m.hidden_size + 4 * T * m.num_experts
+        return out + B * routed * m.moe_expert_width + 4 * T * m.num_experts
     return out + B * T * m.ffn_hidden_size / t
 
 

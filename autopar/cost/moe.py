@@ -80,9 +80,10 @@ def moe_elementwise_bytes(model: ModelSpec, moe_tokens, load: float, bytes_per_e
     or sigmoid and top-k over E experts (read and write 4 B each: 16 B per score), the permute
     that gathers each of the k token copies into expert order and the unpermute that scatters
     them back and sums them with the routing weights (each reads and writes a copy: 2 x 2 B per
-    element; Megatron-LM moe_utils.py permute/unpermute, index_select and index_add)."""
+    element; Megatron-LM moe_utils.py permute/unpermute, index_select and index_add). A LatentMoE
+    layer permutes its tokens at the latent width."""
     router = 16.0 * moe_tokens * model.num_experts
-    permute = 2 * 2 * bytes_per_element * moe_tokens * model.moe_top_k * load * model.hidden_size
+    permute = 2 * 2 * bytes_per_element * moe_tokens * model.moe_top_k * load * model.moe_expert_width
     return router + permute
 
 
@@ -96,12 +97,14 @@ def dispatch_seconds(batch, moe_tokens, load: float):
     With expert TP (etp > 1) each rank sends only its own share of the etp ranks' tokens into
     the all-to-all, and the expert-TP group then all-gathers what arrived (reduce-scatters it on
     the way back): Megatron-LM MoEAlltoAllTokenDispatcher 'permute -> A2A(EP) -> AG(TP)'.
+    A LatentMoE layer dispatches its tokens at the latent width (Megatron-Core token_dispatcher.py
+    hidden_dim = moe_latent_size or hidden_size), the router's choice made at h beforehand.
     Bandwidths: the cluster's links at the comm efficiencies (DeepEP normal kernels reach
     43-58 GB/s of a 50 GB/s CX7 RDMA link and 153 of ~160 GB/s NVLink on H800: DeepEP README)."""
     m, t, tr, prm, c = batch.model, batch.tab, batch.training, batch.params, batch.cluster
     group = batch.group("ep")
     ep, per_node, nodes = (np.asarray(x, dtype=float) for x in (group.size, group.per_node, group.nodes))
-    token_bytes = tr.activation_bytes * m.hidden_size
+    token_bytes = tr.activation_bytes * m.moe_expert_width
     etp = np.asarray(t.etp, dtype=float)
     copies = moe_tokens / etp * m.moe_top_k * load * token_bytes
     expert_tp = np.where(etp > 1, batch.collective(Collective.all_gather, copies * etp, batch.group("etp")), 0.0)

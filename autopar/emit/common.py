@@ -114,6 +114,10 @@ def check_common(job: EmitJob, rules: Rules) -> None:
                 "launcher for it yet -- Megatron-LM trains it with pretrain_mamba.py and its --hybrid-override-pattern / "
                 "--mamba-* flags, Megatron-Bridge with its NemotronH model providers; torchtitan and DeepSpeed have no Mamba-2 layers",
                 "megatron/training/arguments.py --hybrid-override-pattern")
+    # LatentMoE's projections exist in Megatron-Core's MoELayer only (--moe-latent-size)
+    rules.check(m.moe_latent_size is None or rules.framework == "megatron", "routed experts at the model width",
+                f"{m.name} runs its experts at moe_latent_size={m.moe_latent_size} (LatentMoE); of the emitters only Megatron-LM "
+                "has it (--moe-latent-size)", "megatron/core/transformer/moe/moe_layer.py fc1_latent_proj")
     try:
         job.plan.data_parallel(job.num_gpus)
     except InputError as exc:

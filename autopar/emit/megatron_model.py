@@ -168,6 +168,8 @@ def moe_flags(job: EmitJob) -> list[Group]:
     ]
     if m.moe_shared_expert_ffn_size:
         out.append(["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_ffn_size)])
+    if m.moe_latent_size:
+        out.append(["--moe-latent-size", str(m.moe_latent_size)])
     out += _router_flags(m)
     if job.training.precision != Precision.fp16:  # grouped GEMM is bf16-only
         out.append(["--moe-grouped-gemm"])

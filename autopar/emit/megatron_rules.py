@@ -211,6 +211,9 @@ def _moe(ns: Namespace, world: int, dp: int, r: Rules) -> None:
     if ep > 1:
         if r.check(experts is not None, "EP > 1 requires --num-experts", f"expert_model_parallel_size={ep}", "AR"):
             r.check(experts % ep == 0, "num_experts % EP == 0", f"num_experts({experts}) % ep({ep}) = {experts % ep}", "AR")
+    if ns.moe_latent_size is not None:  # arguments.py validate_args, 'MoE latent projections'
+        r.check(ns.moe_latent_size > 0 and experts is not None, "--moe-latent-size > 0 and only with --num-experts",
+                f"moe_latent_size={ns.moe_latent_size}, num_experts={experts}", "AR")
     if experts is None:
         return
     if r.check(world % (etp * ep * pp) == 0, "world_size % (ETP*EP*PP) == 0",

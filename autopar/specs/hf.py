@@ -10,7 +10,7 @@ attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llam
 gpt-oss, Gemma-2/3); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
 full_attention_interval); Nemotron-H's hybrid Mamba-2 models (transformers-style
 configuration_nemotron_h.py: hybrid_override_pattern, mamba_* and ssm_state_size keys, squared-ReLU
-MLP, MoE layers 'E'). Other hybrid linear-attention / state-space models are refused by name.
+MLP, MoE layers 'E', LatentMoE moe_latent_size of Nemotron 3 Super/Ultra). Other hybrid linear-attention / state-space models are refused by name.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     """A HuggingFace config (flat, GPT-2 style or nested under text_config)."""
     if isinstance(data.get("text_config"), dict):
         return is_hf_config(data["text_config"])
-    return ("num_hidden_layers" in data and "hidden_size" in data) or ("n_layer" in data and "n_embd" in data)
+    layers = "num_hidden_layers" in data or isinstance(data.get("layers_block_type"), list)  # Nemotron 3 Ultra: one entry per layer
+    return (layers and "hidden_size" in data) or ("n_layer" in data and "n_embd" in data)
 
 
 def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +49,9 @@ def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
     if isinstance(cfg.get("text_config"), dict):
         top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
         cfg = {**top, **cfg["text_config"]}
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("layers_block_type"), list):
+        # newer NemotronHConfig files (Nemotron 3 Ultra) derive the layer count from the block list
+        cfg = {**cfg, "num_hidden_layers": len(cfg["layers_block_type"])}
     if "n_layer" in cfg:
         cfg = {**cfg, **{new: cfg[old] for old, new in GPT2_KEYS.items() if old in cfg}}
         cfg.setdefault("intermediate_size", cfg.get("n_inner") or 4 * cfg["hidden_size"])
@@ -214,11 +218,9 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
     block per layer from hybrid_override_pattern (M Mamba-2, * attention, - MLP, E MoE), the
     Mamba-2 shape from mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups (mamba_n_groups
     as an argument), conv_kernel and chunk_size, a non-gated MLP of mlp_hidden_act (squared ReLU);
-    MoE layers route with sigmoid scores and an expert bias (Megatron-Bridge NemotronHModelProvider)."""
+    MoE layers route with sigmoid scores and an expert bias (Megatron-Bridge NemotronHModelProvider)
+    and, with moe_latent_size, run their routed experts at that latent width (LatentMoE)."""
     pattern = _hybrid_pattern(cfg, field, name)
-    if cfg.get("moe_latent_size"):
-        raise InputError(f"{field}.moe_latent_size", cfg["moe_latent_size"], "LatentMoE (experts working in a down-projected "
-                         "latent width, Nemotron 3 Super/Ultra) is not modelled; autopar costs experts at the model width")
     mamba = {"num_heads": cfg["mamba_num_heads"], "head_dim": _get(cfg, "mamba_head_dim", field, name),
              "state_dim": _get(cfg, "ssm_state_size", field, name),
              "num_groups": cfg.get("n_groups") or cfg.get("mamba_n_groups") or 8,
@@ -237,7 +239,9 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
                 "moe_router_topk_norm": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
                 "moe_router_topk_scaling_factor": None}
     shared = (cfg.get("moe_shared_expert_intermediate_size") or 0) * (cfg.get("n_shared_experts") or 1)
-    return {**out, "moe_shared_expert_ffn_size": shared, "moe_router_score_function": "sigmoid", "moe_router_expert_bias": True}
+    # LatentMoE (Nemotron 3 Super/Ultra): routed experts work at moe_latent_size
+    return {**out, "moe_shared_expert_ffn_size": shared, "moe_router_score_function": "sigmoid", "moe_router_expert_bias": True,
+            "moe_latent_size": cfg.get("moe_latent_size")}
 
 
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:

@@ -180,6 +180,10 @@ class ModelSpec(StrictModel):
     moe_top_k: int = Field(0, ge=0, le=MAX_EXPERTS, description="k, routed experts per token")
     moe_ffn_hidden_size: int | None = Field(None, gt=0, le=MAX_WIDTH, description="FFN width of one routed expert")
     moe_shared_expert_ffn_size: int = Field(0, ge=0, le=MAX_WIDTH, description="Total FFN width of the shared experts; 0 = none")
+    moe_latent_size: int | None = Field(None, gt=0, le=MAX_WIDTH, description="LatentMoE width (Nemotron 3 Super/Ultra; Megatron "
+                                        "--moe-latent-size): each MoE layer projects its tokens down to this width before the "
+                                        "dispatch, its routed experts work in it, and a second projection brings the combined "
+                                        "output back to the model width; null = experts at the model width")
     moe_first_k_dense_layers: int = Field(0, ge=0, description="Leading layers with a dense MLP")
     moe_layer_freq: int = Field(1, gt=0, description="Every n-th layer (after the dense prefix) is MoE")
     mla: MlaSpec | None = Field(None, description="Multi-head latent attention; null = standard (GQA) attention")
@@ -251,6 +255,8 @@ class ModelSpec(StrictModel):
                 raise ValueError("moe_ffn_hidden_size is required when num_experts > 0")
             if self.moe_first_k_dense_layers > self.num_layers:
                 raise ValueError(f"moe_first_k_dense_layers={self.moe_first_k_dense_layers} exceeds num_layers={self.num_layers}")
+        elif self.moe_latent_size is not None:
+            raise ValueError("moe_latent_size needs routed experts (num_experts > 0)")
         if self.attention_window is None and (self.global_attention_layers or self.attention_chunked):
             raise ValueError("global_attention_layers and attention_chunked need attention_window (the local layers' span)")
         outside = [i for i in self.global_attention_layers if not 0 <= i < self.num_layers]
@@ -293,6 +299,13 @@ class ModelSpec(StrictModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def moe_expert_width(self) -> int:
+        """Width of the tokens the routed experts receive, dispatch and return: the LatentMoE
+        width when there is one, else the model width h (Megatron-Core experts.py and
+        token_dispatcher.py: moe_latent_size or hidden_size)."""
+        return self.moe_latent_size or self.hidden_size
 
     def _hybrid_letter(self, index: int) -> str | None:
         """Layer `index`'s letter of hybrid_layer_pattern (an MTP module, index >= num_layers, is

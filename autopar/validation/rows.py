@@ -166,6 +166,8 @@ PRESET_NAMES = (
     (re.compile(r"nemotron[-_ ]?h[-_ ]?56b", re.I), "nemotron-h-56b"),
     (re.compile(r"nemotron[-_ ]?h[-_ ]?8b", re.I), "nemotron-h-8b"),
     (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?nano", re.I), "nemotron-3-nano-30b-a3b"),
+    (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?super", re.I), "nemotron-3-super-120b-a12b"),
+    (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?ultra", re.I), "nemotron-3-ultra-550b-a55b"),
 )
 ARCHITECTURE_FIELDS = (
     "head_dim", "gated_mlp", "tied_embeddings", "activation", "normalization", "qk_layernorm", "qkv_bias",
@@ -173,7 +175,7 @@ ARCHITECTURE_FIELDS = (
     "moe_router_expert_bias", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_topk_norm", "moe_shared_expert_gate", "mtp_num_layers", "attention_window", "attention_chunked",
     "global_attention_layers", "attention_output_gate", "attention_sinks", "swiglu_limit", "linear_attention",
-    "linear_attention_layers", "mamba", "hybrid_layer_pattern", "position_embedding",
+    "linear_attention_layers", "mamba", "hybrid_layer_pattern", "position_embedding", "moe_latent_size",
 )
 # row columns (same names as ModelSpec's) the preset fills when the row leaves them out
 FILLED_FROM_PRESET = ("num_kv_heads", "ffn_hidden_size", "vocab_size", "moe_top_k", "moe_ffn_hidden_size",
@@ -417,7 +419,7 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
 
 # (what the row's text names, the fact, and when the row's model takes it after all): a hybrid
 # Mamba model is modelled when its model is a preset with the Mamba-2 layers (row_preset:
-# Nemotron-H 8B / 56B, Nemotron 3 Nano); other state-space models are not
+# Nemotron-H 8B / 56B, Nemotron 3 Nano / Super / Ultra); other state-space models are not
 NOT_MODELLED = (
     (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I),
      "hybrid state-space layers (Mamba) are not in the model spec", lambda m: m.mamba is not None),

@@ -149,11 +149,6 @@ def test_hf_variants(tmp_path):
     bad.write_text((PRESETS / f"{H56}.json").read_text().replace('"layer_norm_epsilon": 1e-05', '"layer_norm_epsilon": Infinity'))
     with pytest.raises(InputError, match="norm_eps"):
         load_any(str(bad))
-    # LatentMoE (Nemotron 3 Super) is refused by name
-    latent = tmp_path / "latent.json"
-    latent.write_text(json.dumps({**listed, "moe_latent_size": 1024}))
-    with pytest.raises(InputError, match="moe_latent_size"):
-        load_any(str(latent))
 
 
 def _row(**kw) -> dict:

@@ -157,6 +157,8 @@ BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", 
       "--pipeline-model-parallel-size", "2"], None, "at most one VPP option"),
     (["--group-query-attention", "--num-query-groups", "8", "--multi-latent-attention"], None, "MLA and GQA are mutually exclusive"),
     (["--num-experts", "8", "--moe-router-topk", "1", "--disable-bias-linear"], None, "topk 1 with softmax scoring requires --moe-router-pre-softmax"),
+    # arguments.py validate_args: "MoE latent projections are applicable only for MoE models"
+    (["--moe-latent-size", "256"], None, "--moe-latent-size > 0 and only with --num-experts"),
     # Megatron-LM fine_grained_activation_offloading.md: the module list goes with the switch; layer_input only under full recompute
     (["--offload-modules", "core_attn"], None, "--offload-modules goes with --fine-grained-activation-offloading"),
     (["--fine-grained-activation-offloading", "--offload-modules", "experts"], None, "offload modules in {"),
@@ -189,6 +191,18 @@ def _hf_model(tmp_path, name, **cfg):
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps({**base, **cfg}))
     return str(path)
+
+
+def test_latent_moe_flag(tmp_path):
+    import json
+    # an autopar model file with a LatentMoE width (Megatron-Core moe_layer.py fc1_latent_proj);
+    # Megatron-LM's flag as its Nemotron 3 Super example passes it (--moe-latent-size 1024)
+    path = tmp_path / "latent.json"
+    path.write_text(json.dumps({"name": "latent-moe", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16,
+                                "num_kv_heads": 8, "ffn_hidden_size": 8192, "vocab_size": 32000, "num_experts": 8,
+                                "moe_top_k": 2, "moe_ffn_hidden_size": 1024, "moe_latent_size": 512}))
+    text = script_of(make_job(str(path), "dgx-h100", 16, 4096, 64, "tp=2,ep=8,zero=1"))
+    assert "--moe-latent-size 512" in text
 
 
 def test_sliding_window_flags(tmp_path):
