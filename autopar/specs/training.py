@@ -44,7 +44,12 @@ class MoeRouting(str, Enum):
     learned = "learned"
     """The router's own choices: the busiest expert-parallel rank takes more than the mean."""
     balanced = "balanced"
-    """Forced balanced routing (benchmarks; Megatron --moe-router-force-load-balancing)."""
+    """Forced balanced routing (benchmarks; Megatron --moe-router-force-load-balancing): every
+    expert takes the mean load, each token's experts drawn at random."""
+    contiguous = "contiguous"
+    """Balanced in consecutive blocks: token i goes to experts i k ... i k + k - 1 (mod E), so
+    every expert takes the mean load and a token's k experts sit on adjacent ranks and nodes
+    (NeMo AutoModel FakeBalancedGate, the fake_balanced_gate of its benchmark recipes)."""
 
 
 class Stack(str, Enum):
@@ -99,7 +104,8 @@ class TrainingSpec(StrictModel):
         description="Token dropping: an expert takes at most this many times its balanced share of tokens "
         "(seed 000 'Параллелизм экспертов': 1.25-1.5); null = dropless",
     )
-    moe_routing: MoeRouting = Field(MoeRouting.learned, description="learned (the router's real, uneven load) | balanced (forced, benchmark)")
+    moe_routing: MoeRouting = Field(MoeRouting.learned, description="learned (the router's real, uneven load) | balanced (forced, benchmark) | "
+                                        "contiguous (forced, consecutive experts per token: NeMo AutoModel benchmarks)")
     moe_load_imbalance: float | None = Field(
         None, ge=1.0,
         description="Learned routing: tokens at the busiest expert-parallel rank over the mean (measured max/mean); "

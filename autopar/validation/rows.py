@@ -63,7 +63,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   in Megatron; async TP in torchtitan when the row says so
 - FP8 recipe: rowwise when the precision says so (torchao), else tensorwise (the rows predate
   torchtitan's rowwise-only converter)
-- MoE routing: forced balanced when the row says so; token dropping at the capacity the row names;
+- MoE routing: forced balanced when the row says so, in consecutive expert blocks when it names
+  NeMo AutoModel's fake balanced gate; token dropping at the capacity the row names;
   otherwise learned dropless
 - task lora: base weights frozen (no weight gradients, optimizer or DP reduction)
 - gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo/gpt-oss/Kimi names; GPT, MPT, Nemotron not gated
@@ -77,7 +78,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   alias such as 'Llama4 Scout') when its layers, width and experts are the row's; the preset also
   fills KV heads, FFN widths, top-k and vocabulary the row leaves out
 - hybrid Mamba models (Nemotron-H, Jamba, Zamba, Falcon-H1, or a row that says Mamba): not modelled,
-  unless the row's model is a preset with its Mamba-2 layers (Nemotron-H 8B / 56B, Nemotron 3 Nano)"""
+  unless the row's model is a preset with its Mamba-2 layers (Nemotron-H 8B / 56B, Nemotron 3
+  Nano / Super / Ultra)"""
 
 
 @dataclass
@@ -257,6 +259,11 @@ def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "force-balanced" in text or "forced" in text or "force balance" in text or "ideal (balanced) routing" in text:
         out["moe_routing"] = MoeRouting.balanced
+    # NeMo AutoModel's FakeBalancedGate routes k consecutive experts per token; taken when the
+    # row says so (its benchmark recipes set fake_balanced_gate: true, NVIDIA-NeMo/Automodel@36044ad3
+    # examples/llm_benchmark/*.yaml, but its performance tables do not restate the gate)
+    if "fake_balanced_gate" in text or "fake balanced gate" in text:
+        out["moe_routing"] = MoeRouting.contiguous
     drop = re.search(r"(?:token drop|token-drop)[^0-9]{0,40}?(?:cf\s*=\s*|capacity(?: factor)?\s*)([0-9.]+)", text)
     if drop and "dropless" not in _text(row, "id", "variant"):
         out["moe_capacity_factor"] = max(1.0, float(drop.group(1).rstrip(".")))

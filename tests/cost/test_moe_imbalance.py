@@ -52,6 +52,7 @@ def test_loss_free_bias_deepseek_layout():
 
 def test_forced_measured_and_capacity():
     assert _factor(_moe(8), 8, moe_routing=MoeRouting.balanced) == 1.0
+    assert _factor(_moe(8), 8, moe_routing=MoeRouting.contiguous) == 1.0  # AutoModel's FakeBalancedGate: the mean load
     assert _factor(_moe(8), 8, moe_load_imbalance=1.5) == 1.5
     assert _factor(_moe(8), 8, moe_capacity_factor=1.0) == 1.0  # token drop at c = 1 caps the busiest rank
     assert _factor(_moe(8), 1) == 1.0  # one rank holds every expert
@@ -76,3 +77,21 @@ def test_expert_tp_sends_local_tokens_then_gathers():
     arrived = 2048 * model.moe_top_k * 2 * model.hidden_size  # bf16 copies each rank receives
     gather = collective_seconds(Collective.all_gather, arrived * 2, Group(2, 2, 1), cluster, b.params)
     assert with_etp - without == pytest.approx(gather, rel=1e-9)
+
+
+def test_contiguous_routing_reaches_few_nodes():
+    from autopar.cost.moe import destination_nodes, dispatch_seconds
+
+    # Nemotron 3 Super's 512 experts top-22 on EP 64 = 8 DGX nodes (64 experts each). Uniform
+    # picks reach 8 (1 - (7/8)^22) = 7.576 nodes; 22 consecutive experts cross a node boundary at
+    # each of 21 gaps with probability 8/512: 1 + 21 x 8 / 512 = 1.328 nodes
+    m = _moe(512).model_copy(update={"moe_top_k": 22})
+    assert float(destination_nodes(m, 8, 22)) == pytest.approx(8 * (1 - (7 / 8) ** 22), rel=1e-12)
+    assert float(destination_nodes(m, 8, 22, MoeRouting.contiguous)) == 1.328125
+    # DeepEP sends a token once per remote node, so the NIC leg shrinks with them
+    cluster = load_cluster("dgx-h100-superpod").with_gpus(64)
+    tab = PlanTable.from_plans([Plan(tp=1, pp=1, dp=64, ep=64, dispatcher="deepep")], 64)
+    seconds = {r: float(dispatch_seconds(Batch(m, cluster, TrainingSpec(seq_len=4096, global_batch_size=64, moe_routing=r),
+                                               load_cost_params(), tab), 8192.0, 1.0)[0])
+               for r in (MoeRouting.balanced, MoeRouting.contiguous)}
+    assert seconds[MoeRouting.contiguous] < 0.5 * seconds[MoeRouting.balanced]
