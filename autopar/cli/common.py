@@ -81,12 +81,17 @@ def model_cluster_options(f: Callable) -> Callable:
 
 
 STACKS = ("megatron", "torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "deepspeed")
+MOE_ROUTINGS = ("learned", "balanced", "contiguous")  # autopar.specs.training.MoeRouting
 # The software stacks each launcher framework runs (profiles/stacks/); the first is its default.
 FRAMEWORK_STACKS = {"megatron": ("megatron",), "megatron-bridge": ("megatron",), "deepspeed": ("deepspeed",),
                     "torchtitan": ("torchtitan", "torchtitan-compile")}
 
 
 def training_options(f: Callable) -> Callable:
+    f = click.option("--moe-routing", type=click.Choice(MOE_ROUTINGS), default="learned", show_default=True,
+                     help="MoE token routing: learned (the router's uneven load), balanced (forced, experts drawn at random: "
+                          "Megatron --moe-router-force-load-balancing) or contiguous (forced, k consecutive experts per token: "
+                          "NeMo AutoModel's fake balanced gate)")(f)
     f = click.option("--stack", type=click.Choice(STACKS), default=None,
                      help="Training software whose kernels, fusion and overlap are costed (profiles/stacks/). "
                           "Default: the --framework's own stack, else megatron")(f)

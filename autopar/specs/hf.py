@@ -9,8 +9,9 @@ GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tie
 attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llama-4 chunks:
 gpt-oss, Gemma-2/3); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
 full_attention_interval); Nemotron-H's hybrid Mamba-2 models (transformers-style
-configuration_nemotron_h.py: hybrid_override_pattern, mamba_* and ssm_state_size keys, squared-ReLU
-MLP, MoE layers 'E', LatentMoE moe_latent_size of Nemotron 3 Super/Ultra). Other hybrid linear-attention / state-space models are refused by name.
+configuration_nemotron_h.py: hybrid_override_pattern or a layers_block_type list, mamba_* and
+ssm_state_size keys, squared-ReLU MLP, MoE layers 'E', Nemotron 3 Super/Ultra's LatentMoE
+moe_latent_size). Other hybrid linear-attention / state-space models are refused by name.
 """
 
 from __future__ import annotations

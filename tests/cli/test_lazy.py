@@ -49,6 +49,10 @@ def test_spelled_choices_match_the_enums():
     from solvers.base import Objective
 
     assert PRECISIONS == tuple(p.value for p in Precision)
+    from autopar.cli.common import MOE_ROUTINGS
+    from autopar.specs.training import MoeRouting
+
+    assert MOE_ROUTINGS == tuple(r.value for r in MoeRouting)
     assert OBJECTIVES == tuple(o.value for o in Objective)
     from solvers.plan_choice import OBJECTIVES as PLAN_CHOICE_OBJECTIVES
 
