@@ -95,3 +95,9 @@ def test_contiguous_routing_reaches_few_nodes():
                                                load_cost_params(), tab), 8192.0, 1.0)[0])
                for r in (MoeRouting.balanced, MoeRouting.contiguous)}
     assert seconds[MoeRouting.contiguous] < 0.5 * seconds[MoeRouting.balanced]
+    # by hand, bf16 tokens of 2 x 1024 B, one latency of NVLink (1 us) and the leaf tier (6 us):
+    # uniform picks are NIC-bound, 8192 x 7.576 x 7/8 x 2048 B over 50 GB/s x 0.9; the contiguous
+    # blocks then wait on NVLink, 8192 x 22 copies x 7/8 x 2048 B over 450 GB/s x 0.82
+    latency = 7e-6
+    assert seconds[MoeRouting.balanced] == pytest.approx(8192 * 8 * (1 - (7 / 8) ** 22) * 7 / 8 * 2048 / 45e9 + latency, rel=1e-9)
+    assert seconds[MoeRouting.contiguous] == pytest.approx(8192 * 22 * 7 / 8 * 2048 / 369e9 + latency, rel=1e-9)
