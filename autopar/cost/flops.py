@@ -146,7 +146,7 @@ def total_params(model: ModelSpec) -> float:
     """All parameters (tied embeddings counted once; MTP modules included: DeepSeek-V3 671B +
     14B of MTP = 685B on the hub)."""
     layers = sum(sum(layer_params(model, i)) for i in range(model.num_layers))
-    mtp = model.mtp_num_layers * (sum(layer_params(model, model.num_layers - 1)) + mtp_module_params(model))
+    mtp = model.mtp_num_layers * (sum(sum(layer_params(model, i)) for i in model.mtp_block_indices()) + mtp_module_params(model))
     head = 0 if model.tied_embeddings else embedding_params(model)
     return layers + mtp + embedding_params(model) + head + model.hidden_size  # + final norm
 
@@ -159,7 +159,8 @@ def active_params_per_token(model: ModelSpec) -> float:
 
     total = sum(active(i) for i in range(model.num_layers))
     # each MTP module: its layer, its projection and its own pass through the output layer
-    total += model.mtp_num_layers * (active(model.num_layers - 1) + 2 * model.hidden_size ** 2 + embedding_params(model))
+    total += model.mtp_num_layers * (sum(active(i) for i in model.mtp_block_indices()) + 2 * model.hidden_size ** 2
+                                     + embedding_params(model))
     return total + embedding_params(model)  # logits GEMM
 
 
@@ -195,8 +196,8 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False, 
     Convention: attention counted non-causal (causal=False), as in Narayanan et al. 2021 and
     Megatron-LM's reported model TFLOP/s, so MFU is comparable with published figures.
     """
-    # MTP modules (index >= num_layers) attend like the last layer
-    layers = range(model.num_layers + model.mtp_num_layers)
+    # MTP modules' blocks attend like the main layers they copy (ModelSpec.mtp_block_indices)
+    layers = [*range(model.num_layers), *model.mtp_block_indices() * model.mtp_num_layers]
     forward = 2 * active_params_per_token(model) + sum(attention_core_flops_per_token(model, i, seq_len, causal) for i in layers)
     return (2 if frozen_weights else 3) * forward
 

@@ -79,15 +79,17 @@ def _layer_kinds(batch: Batch) -> list[int]:
 
 
 def _stage_kind_counts(batch: Batch, layout: PipelineLayout, kinds: list[int]) -> np.ndarray:
-    """(kinds x ranks) layer counts of a pipeline layout; an MTP module counts as one more
-    layer of the last layer's kind (its transformer block; its output layer is added apart)."""
+    """(kinds x ranks) layer counts of a pipeline layout; an MTP module counts its blocks
+    (ModelSpec.mtp_block_indices: one layer of the last layer's kind, or a hybrid model's MTP
+    pattern) as layers of their kinds (its output layer is added apart)."""
     m = batch.model
     slot = {m.layer_kind(i): j for j, i in enumerate(kinds)}
     counts = np.zeros((len(kinds), layout.pp))
     for r, indices in enumerate(layout.rank_layer_indices()):
         for i in indices:
             counts[slot[m.layer_kind(i)], r] += 1
-    counts[slot[m.layer_kind(m.num_layers - 1)]] += np.asarray(layout.rank_mtp(), dtype=float)
+    for i in m.mtp_block_indices():
+        counts[slot[m.layer_kind(i)]] += np.asarray(layout.rank_mtp(), dtype=float)
     return counts
 
 

@@ -109,11 +109,11 @@ def check_common(job: EmitJob, rules: Rules) -> None:
     rules.check(not job.training.frozen_weights, "pretraining only",
                 "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
     m = job.model
-    rules.check(m.hybrid_layer_pattern is None, "decoder layers of attention plus MLP",
-                f"{m.name} is a hybrid model (one block per layer, pattern {m.hybrid_layer_pattern}): autopar costs it but writes no "
-                "launcher for it yet -- Megatron-LM trains it with pretrain_mamba.py and its --hybrid-override-pattern / "
-                "--mamba-* flags, Megatron-Bridge with its NemotronH model providers; torchtitan and DeepSpeed have no Mamba-2 layers",
-                "megatron/training/arguments.py --hybrid-override-pattern")
+    rules.check(m.hybrid_layer_pattern is None or rules.framework == "megatron", "decoder layers of attention plus MLP",
+                f"{m.name} is a hybrid model (one block per layer, pattern {m.hybrid_layer_pattern}): of the emitters only "
+                "Megatron-LM writes it (--format megatron: pretrain_hybrid.py --hybrid-layer-pattern); torchtitan and DeepSpeed "
+                "have no Mamba-2 layers, and autopar's Megatron-Bridge recipes build GPT models only",
+                "megatron/training/arguments.py --hybrid-layer-pattern")
     # LatentMoE's projections exist in Megatron-Core's MoELayer only (--moe-latent-size)
     rules.check(m.moe_latent_size is None or rules.framework == "megatron", "routed experts at the model width",
                 f"{m.name} runs its experts at moe_latent_size={m.moe_latent_size} (LatentMoE); of the emitters only Megatron-LM "

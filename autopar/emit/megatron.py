@@ -1,10 +1,13 @@
-"""Megatron-LM: a torchrun launch script for pretrain_gpt.py.
+"""Megatron-LM: a torchrun launch script for pretrain_gpt.py (pretrain_hybrid.py for a hybrid
+Mamba model).
 
 Flag names and defaults: docs/reference/launchers.md section 1 (Megatron-LM d98e8a64,
 2026-08-22). VPP is set with --num-virtual-stages-per-pipeline-rank (there is no
 --virtual-pipeline-model-parallel-size flag); uneven stages use
 --decoder-first/last-pipeline-num-layers, or a --pipeline-model-parallel-layout string when the
-middle stages differ or the end stages do not divide by VPP.
+middle stages differ or the end stages do not divide by VPP. A hybrid model's stages are '|'
+segments of its --hybrid-layer-pattern instead (Megatron-LM arguments.py refuses the other
+layout flags with it).
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def parallel_flags(job: EmitJob) -> list[Group]:
         out.append(["--sequence-parallel"])
     if plan.tp > 1 and plan.tp_comm_overlap:  # TE userbuffers GEMM/collective overlap; needs SP
         out.append(["--tp-comm-overlap"])
-    if plan.pp > 1:
+    if plan.pp > 1 and model.hybrid_layer_pattern is None:  # a hybrid pattern carries its stages
         out += _layout_flags(job)
     if plan.order == RankOrder.tp_cp_ep_pp_dp:
         out.append(["--use-tp-pp-dp-mapping"])
@@ -261,8 +264,20 @@ def check_megatron(job: EmitJob) -> Rules:
     if job.plan.recompute == Recompute.full and n is not None:
         rules.check(n % job.plan.vpp == 0, "recompute-num-layers per model chunk",
                     f"block recompute counts layers per virtual stage: recompute_num_layers({n}) must divide by vpp({job.plan.vpp})")
+    if m.hybrid_layer_pattern is not None and m.mtp_num_layers:
+        mtp = job.plan.pipeline_layout(m.num_layers, m.mtp_num_layers).mtp
+        rules.check(mtp[-1] == m.mtp_num_layers, "a hybrid model's MTP modules run on the last pipeline stage",
+                    f"the layout places MTP layers on virtual stages {[j for j, k in enumerate(mtp) if k]}; "
+                    "--hybrid-layer-pattern puts its '/' segments after the last stage's layers",
+                    "megatron/core/models/hybrid/hybrid_layer_allocation.py parse_hybrid_pattern")
     validate_megatron(megatron_argv(job), job.num_gpus, megatron_env(job), job.cluster.gpu.compute_capability, rules)
     return rules
+
+
+def entry_point(job: EmitJob) -> str:
+    """The training script: pretrain_hybrid.py builds a HybridModel from --hybrid-layer-pattern
+    (Megatron-LM examples/mamba/train.sh), pretrain_gpt.py a GPTModel."""
+    return "pretrain_hybrid.py" if job.model.hybrid_layer_pattern is not None else "pretrain_gpt.py"
 
 
 def _render_sections(sections: list[Section], indent: str = "  ") -> str:
@@ -311,7 +326,7 @@ fi
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\
-  "$MEGATRON_LM/pretrain_gpt.py" "${{MEGATRON_ARGS[@]}}" "${{DATA_ARGS[@]}}" "${{TRAIN_ARGS[@]}}" "$@"
+  "$MEGATRON_LM/{entry_point(job)}" "${{MEGATRON_ARGS[@]}}" "${{DATA_ARGS[@]}}" "${{TRAIN_ARGS[@]}}" "$@"
 """
 
 

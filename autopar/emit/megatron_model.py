@@ -22,11 +22,13 @@ DISPATCHER = {Dispatcher.alltoall: "alltoall", Dispatcher.allgather: "allgather"
 
 
 def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
-    """RoPE models only size a cache, so raise it to seq_len; learned absolute embeddings are
-    parameters, so keep the model's value and let the validator refuse."""
+    """RoPE models only size a cache (and models without position embeddings have none), so
+    raise it to seq_len; learned absolute embeddings are parameters, so keep the model's value
+    and let the validator refuse."""
     if model.max_position_embeddings is None:
         return seq_len
-    return max(model.max_position_embeddings, seq_len) if model.position_embedding == "rope" else model.max_position_embeddings
+    learned = model.position_embedding == "learned_absolute"
+    return model.max_position_embeddings if learned else max(model.max_position_embeddings, seq_len)
 
 
 def _rope_flags(m: ModelSpec) -> list[Group]:
@@ -53,10 +55,43 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
     return out
 
 
+# HF hidden_act names of squared ReLU (Nemotron-4 'squared_relu', Nemotron-H 'relu2'): Megatron --squared-relu
+SQUARED_RELU = ("squared_relu", "relu2")
+
+
+def hybrid_layer_pattern(job: EmitJob) -> str:
+    """Megatron-LM --hybrid-layer-pattern: one letter per layer, '|' between the plan's virtual
+    pipeline stages in virtual order (segment v * pp + p runs on rank p as its chunk v:
+    hybrid_layer_allocation.py select_pipeline_segment), then '/' and the blocks of each MTP
+    module (they run on the last stage)."""
+    m, plan = job.model, job.plan
+    text = m.hybrid_layer_pattern
+    if plan.pp > 1:
+        parts, start = [], 0
+        for n in plan.pipeline_layout(m.num_layers, m.mtp_num_layers).decoders:
+            parts.append(text[start:start + n])
+            start += n
+        text = "|".join(parts)
+    mtp = m.mtp_hybrid_pattern or text[-1]
+    return text + ("/" + mtp) * m.mtp_num_layers
+
+
+def hybrid_flags(job: EmitJob) -> list[Group]:
+    """A hybrid model's layers (pretrain_hybrid.py): the pattern sets the layer count, the
+    pipeline split and the MTP depth; the Mamba-2 shape is TransformerConfig's mamba_* fields."""
+    m = job.model
+    out: list[Group] = [["--hybrid-layer-pattern", hybrid_layer_pattern(job)]]
+    if m.mamba is not None:
+        out += [["--mamba-num-heads", str(m.mamba.num_heads)], ["--mamba-head-dim", str(m.mamba.head_dim)],
+                ["--mamba-state-dim", str(m.mamba.state_dim)], ["--mamba-num-groups", str(m.mamba.num_groups)]]
+    return out
+
+
 def model_flags(job: EmitJob) -> list[Group]:
     m = job.model
-    out: list[Group] = [
-        ["--num-layers", str(m.num_layers)],
+    hybrid = m.hybrid_layer_pattern is not None
+    out: list[Group] = hybrid_flags(job) if hybrid else [["--num-layers", str(m.num_layers)]]
+    out += [
         ["--hidden-size", str(m.hidden_size)],
         ["--ffn-hidden-size", str(m.ffn_hidden_size)],
         ["--num-attention-heads", str(m.num_attention_heads)],
@@ -72,9 +107,13 @@ def model_flags(job: EmitJob) -> list[Group]:
         out.append(["--qk-layernorm"])
     if m.gated_mlp:
         out.append(["--swiglu"])
+    elif m.activation in SQUARED_RELU:
+        out.append(["--squared-relu"])
     if m.position_embedding == "rope":
         out.append(["--position-embedding-type", "rope"])
         out += _rope_flags(m)
+    elif m.position_embedding == "none":  # Megatron's default is learned_absolute
+        out.append(["--position-embedding-type", "none"])
     if not m.linear_bias:
         out.append(["--disable-bias-linear"])
     if m.qkv_bias:
@@ -85,7 +124,7 @@ def model_flags(job: EmitJob) -> list[Group]:
         out += [["--attention-dropout", "0.0"], ["--hidden-dropout", "0.0"]]
     if not job.training.flash_attention:
         out.append(["--attention-backend", "unfused"])
-    if m.mtp_num_layers:
+    if m.mtp_num_layers and not hybrid:  # a hybrid pattern's '/' segments give the MTP depth
         out.append(["--mtp-num-layers", str(m.mtp_num_layers)])
     if m.attention_output_gate:
         out.append(["--attention-output-gate"])
@@ -164,8 +203,9 @@ def moe_flags(job: EmitJob) -> list[Group]:
         ["--num-experts", str(m.num_experts)],
         ["--moe-router-topk", str(m.moe_top_k)],
         ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)],
-        ["--moe-layer-freq", moe_layer_freq(m)],
     ]
+    if m.hybrid_layer_pattern is None:  # a hybrid pattern's E letters place the MoE layers
+        out.append(["--moe-layer-freq", moe_layer_freq(m)])
     if m.moe_shared_expert_ffn_size:
         out.append(["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_ffn_size)])
     if m.moe_latent_size:

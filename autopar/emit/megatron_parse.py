@@ -32,6 +32,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--fp8-amax-history-len": 1, "--vocab-size": None,
         "--linear-num-key-heads": 16, "--linear-num-value-heads": 32, "--linear-key-head-dim": 128, "--linear-value-head-dim": 128,
         "--linear-conv-kernel-dim": 4,
+        "--mamba-num-heads": None, "--mamba-head-dim": 64, "--mamba-state-dim": 128, "--mamba-num-groups": 8,
     }
     for flag, default in ints.items():
         p.add_argument(flag, type=int, default=default)
@@ -44,6 +45,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
         "--qk-layernorm", "--multi-latent-attention", "--moe-grouped-gemm", "--moe-router-pre-softmax",
         "--moe-router-enable-expert-bias", "--moe-shared-expert-gate", "--mock-data", "--overlap-moe-expert-parallel-comm",
+        "--squared-relu",
     ]
     for flag in flags:
         p.add_argument(flag, action="store_true")
@@ -52,6 +54,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-comm-type", nargs="+", default=["p2p"])
     p.add_argument("--hierarchical-context-parallel-sizes", nargs="+", type=int, default=None)
     p.add_argument("--pipeline-model-parallel-layout", default=None)
+    p.add_argument("--hybrid-layer-pattern", default=None)
+    p.add_argument("--hybrid-override-pattern", dest="hybrid_layer_pattern")  # deprecated spelling, same value
     p.add_argument("--data-parallel-sharding-strategy", default="optim_grads_params",
                    choices=["no_shard", "optim", "optim_grads", "optim_grads_params"])
     p.add_argument("--fp8-format", dest="fp8", choices=["e4m3", "hybrid"], default=None)
@@ -79,12 +83,24 @@ def megatron_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_megatron_argv(argv: list[str]) -> argparse.Namespace:
-    """Known flags into a namespace; unknown flags (data, optimizer, logging) are ignored."""
+def parse_megatron_argv(argv: list[str], resolve_hybrid: bool = True) -> argparse.Namespace:
+    """Known flags into a namespace; unknown flags (data, optimizer, logging) are ignored. With
+    a hybrid layer pattern the layer count, MTP depth and (with '|' segments) the pipeline layout
+    are the pattern's (resolve_hybrid; the rules read the flags as written first)."""
     try:
         ns, _ = megatron_parser().parse_known_args(argv)
     except SystemExit:  # argparse reports a bad value by exiting
         raise InputError("megatron args", " ".join(argv[:6]) + " ...", "a flag has a value Megatron-LM rejects") from None
+    if resolve_hybrid and ns.hybrid_layer_pattern:
+        main, *mtp = ns.hybrid_layer_pattern.split("/")
+        segments = main.split("|")
+        ns.num_layers, ns.mtp_num_layers = sum(map(len, segments)), len(mtp)
+        if len(segments) > 1 and len(segments) % ns.pipeline_model_parallel_size == 0:
+            # as the layout string Megatron's GPT path reads: E first, MTP and L last (segments
+            # that do not divide by pp are the hybrid rules' to report)
+            stages = [f"t*{len(seg)}" if seg else "" for seg in segments]
+            stages[0], stages[-1] = "E" + stages[0], stages[-1] + "m" * len(mtp) + "L"
+            ns.pipeline_model_parallel_layout = "|".join(stages)
     return ns
 
 

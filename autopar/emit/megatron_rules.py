@@ -1,7 +1,7 @@
 """Megatron-LM's own checks, applied to the emitted arguments (parsed back with Megatron's
 names and defaults). Rules and their sources: docs/reference/launchers.md 1.4 (AR =
 megatron/training/arguments.py validate_args, TC = transformer_config.py, PS = parallel_state.py,
-NMC = num_microbatches_calculator.py, SCH = schedules.py); the Megatron-FSDP rules were read in
+NMC = num_microbatches_calculator.py, SCH = schedules.py; hybrid: HLA, MM, MCP at _hybrid); the Megatron-FSDP rules were read in
 a copy of AR validate_args (not in launchers.md); FGO = Megatron-LM
 docs/user-guide/features/fine_grained_activation_offloading.md (its module choices; layer_input
 only with full recompute)."""
@@ -17,6 +17,9 @@ from autopar.specs.plan import OffloadModule
 
 def validate_megatron(argv: list[str], world_size: int, env: dict[str, str], compute_capability: float, rules: Rules) -> Rules:
     """Record every rule the arguments break (world size, divisibility, batch, options)."""
+    raw = parse_megatron_argv(argv, resolve_hybrid=False)
+    if raw.hybrid_layer_pattern:
+        _hybrid(raw, rules)
     ns = parse_megatron_argv(argv)
     dp = _world(ns, world_size, rules)
     if dp:
@@ -106,6 +109,48 @@ def _layers(ns: Namespace, r: Rules) -> None:
     if vpp > 1:
         need = 1 if ns.overlap_p2p_comm else 2
         r.check(pp > need, "interleaving needs PP > 1 (PP > 2 without p2p overlap)", f"pp={pp} with vpp={vpp}", "AR")
+
+
+# Megatron-Core hybrid_layer_allocation.py Symbols: Mamba, GDN, attention, DSA, MLA, MLP, MoE
+HYBRID_SYMBOLS = set("MG*D+-E")
+
+
+def _hybrid(ns: Namespace, r: Rules) -> None:
+    """A hybrid layer pattern as written (AR's hybrid block, hybrid_layer_allocation.py HLA,
+    mamba_mixer.py MM, mamba_context_parallel.py MCP)."""
+    main, *mtp = ns.hybrid_layer_pattern.split("/")
+    segments = main.split("|")
+    pp, tp, cp = ns.pipeline_model_parallel_size, ns.tensor_model_parallel_size, ns.context_parallel_size
+    r.check(set("".join(segments)) <= HYBRID_SYMBOLS and all(set(x) <= HYBRID_SYMBOLS for x in mtp),
+            "hybrid pattern letters in {M, G, *, D, +, -, E} ('|' in the main pattern only)", f"pattern {ns.hybrid_layer_pattern!r}", "HLA")
+    r.check(len(set(mtp)) <= 1, "every MTP pattern after '/' is the same", f"MTP patterns {mtp}", "HLA")
+    written = {"--num-layers-per-virtual-pipeline-stage": ns.num_layers_per_virtual_pipeline_stage,
+               "--num-virtual-stages-per-pipeline-rank": ns.num_virtual_stages_per_pipeline_rank,
+               "--pipeline-model-parallel-layout": ns.pipeline_model_parallel_layout,
+               "--account-for-embedding-in-pipeline-split": ns.account_for_embedding_in_pipeline_split or None,
+               "--account-for-loss-in-pipeline-split": ns.account_for_loss_in_pipeline_split or None}
+    if len(segments) > 1:
+        written["--decoder-first-pipeline-num-layers"] = ns.decoder_first_pipeline_num_layers
+        written["--decoder-last-pipeline-num-layers"] = ns.decoder_last_pipeline_num_layers
+        r.check(len(segments) % pp == 0, "pipeline segments ('|') % PP == 0", f"{len(segments)} segments, pp={pp}", "AR")
+    clash = [flag for flag, value in written.items() if value is not None]
+    r.check(not clash, "a hybrid pattern's '|' segments are its pipeline layout: no other layout flags",
+            f"{', '.join(clash)} with --hybrid-layer-pattern", "AR")
+    if "M" not in main:
+        return
+    heads = ns.mamba_num_heads or 2 * ns.hidden_size // ns.mamba_head_dim  # Megatron's default: d_inner 2h
+    groups = ns.mamba_num_groups
+    r.check(heads % tp == 0 and groups % tp == 0 and heads % groups == 0, "mamba heads and groups % TP == 0, heads % groups == 0",
+            f"mamba_num_heads({heads}), mamba_num_groups({groups}), tp({tp})", "MM")
+    if cp > 1 and heads % tp == 0 and groups % tp == 0:
+        local = groups // tp
+        r.check((heads // tp) % cp == 0 and (cp % local == 0 if local < cp else local % cp == 0),
+                "Mamba CP: (heads/TP) % CP == 0, and groups/TP divides or is divided by CP",
+                f"mamba_num_heads({heads}), mamba_num_groups({groups}), tp({tp}), cp({cp})", "MCP")
+    if ns.fp8:
+        inner = heads * ns.mamba_head_dim
+        width = 2 * inner + 2 * groups * ns.mamba_state_dim + heads
+        r.check(width % 16 == 0, "FP8: the Mamba in-projection width % 16 == 0", f"2 d_inner + 2 groups N + heads = {width}", "MM")
 
 
 def _attention(ns: Namespace, r: Rules) -> None:

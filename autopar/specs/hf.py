@@ -203,14 +203,18 @@ def _is_nemotron_h(cfg: dict[str, Any]) -> bool:
     return "mamba_num_heads" in cfg and ("hybrid_override_pattern" in cfg or "layers_block_type" in cfg)
 
 
-def _hybrid_pattern(cfg: dict[str, Any], field: str, name: str) -> str:
-    """hybrid_override_pattern, or the same letters from a layers_block_type list."""
-    if cfg.get("hybrid_override_pattern"):
-        return str(cfg["hybrid_override_pattern"])
-    blocks = cfg.get("layers_block_type")
+def _hybrid_pattern(cfg: dict[str, Any], field: str, name: str, pattern_key: str = "hybrid_override_pattern",
+                    blocks_key: str = "layers_block_type") -> str:
+    """A pattern string (hybrid_override_pattern), or the same letters from a block-name list
+    (layers_block_type); '' when the config has neither."""
+    if cfg.get(pattern_key):
+        return str(cfg[pattern_key])
+    blocks = cfg.get(blocks_key)
+    if blocks is None:
+        return ""
     unknown = sorted({str(b) for b in blocks if b not in NEMOTRON_BLOCKS}) if isinstance(blocks, list) else ["(not a list)"]
     if unknown:
-        raise InputError(f"{field}.layers_block_type", unknown, f"names blocks autopar does not know; it costs {sorted(NEMOTRON_BLOCKS)}")
+        raise InputError(f"{field}.{blocks_key}", unknown, f"names blocks autopar does not know; it costs {sorted(NEMOTRON_BLOCKS)}")
     return "".join(NEMOTRON_BLOCKS[b] for b in blocks)
 
 
@@ -235,6 +239,9 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
                            "rope_theta": None, "rope_scaling": None,
                            "activation": act, "gated_mlp": False, "norm_eps": cfg.get("layer_norm_epsilon") or 1e-5,
                            "qkv_bias": bool(cfg.get("attention_bias")), "linear_bias": bool(cfg.get("mlp_bias"))}
+    if cfg.get("num_nextn_predict_layers"):  # each MTP module's blocks: Nemotron 3 Super '*E', Ultra ["attention", "moe"]
+        mtp = _hybrid_pattern(cfg, field, name, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+        out["mtp_hybrid_pattern"] = mtp or None
     if "E" not in pattern:  # the config's n_routed_experts default describes no layer
         return {**out, "num_experts": 0, "moe_top_k": 0, "moe_ffn_hidden_size": None, "moe_shared_expert_ffn_size": 0,
                 "moe_router_topk_norm": False, "moe_router_num_groups": None, "moe_router_group_topk": None,

@@ -119,7 +119,7 @@ class MambaSpec(StrictModel):
         return self.inner_dim + 2 * self.num_groups * self.state_dim
 
 
-# the letters of a hybrid layer pattern (Megatron-LM --hybrid-override-pattern, HF
+# the letters of a hybrid layer pattern (Megatron-LM --hybrid-layer-pattern, HF
 # hybrid_override_pattern): each letter is one layer holding one block, with its own norm
 HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
 HYBRID_LETTERS = HYBRID_MAMBA + HYBRID_ATTENTION + HYBRID_MLP + HYBRID_MOE
@@ -228,8 +228,12 @@ class ModelSpec(StrictModel):
     mamba: MambaSpec | None = Field(None, description="Shape of the Mamba-2 layers of a hybrid model; null = none")
     hybrid_layer_pattern: str | None = Field(None, description="One letter per layer of a hybrid model, each layer one block "
                                              "with its own norm: M Mamba-2 mixer, * softmax attention, - dense MLP, E MoE "
-                                             "(Megatron-LM --hybrid-override-pattern; Nemotron-H); null = every layer is "
+                                             "(Megatron-LM --hybrid-layer-pattern; Nemotron-H); null = every layer is "
                                              "attention plus MLP")
+    mtp_hybrid_pattern: str | None = Field(None, description="The blocks of each MTP module of a hybrid model, one letter each, "
+                                           "costed like the main layers of the same letter (HF mtp_hybrid_override_pattern; "
+                                           "Megatron-LM --hybrid-layer-pattern after '/': Nemotron 3 Super '*E'); null = one "
+                                           "block of the last layer's kind")
 
     def check_positions(self, seq_len: int, framework: str | None = None) -> None:
         """A learned absolute position embedding has one trained row per position, so a launcher
@@ -271,7 +275,18 @@ class ModelSpec(StrictModel):
             self._check_hybrid(self.hybrid_layer_pattern)
         elif self.mamba is not None:
             raise ValueError("mamba (the Mamba-2 layers' shape) needs hybrid_layer_pattern (which layers are Mamba)")
+        if self.mtp_hybrid_pattern is not None:
+            self._check_mtp_hybrid(self.mtp_hybrid_pattern)
         return self
+
+    def _check_mtp_hybrid(self, mtp: str) -> None:
+        if self.hybrid_layer_pattern is None or not self.mtp_num_layers:
+            raise ValueError("mtp_hybrid_pattern (the blocks of each MTP module) needs hybrid_layer_pattern and mtp_num_layers > 0")
+        # each MTP block is costed as the first main layer of its letter, so that letter must exist
+        missing = sorted(set(mtp) - set(self.hybrid_layer_pattern))
+        if not mtp or missing:
+            raise ValueError(f"mtp_hybrid_pattern={mtp!r}: needs one or more letters, each also in hybrid_layer_pattern "
+                             f"(missing {missing})")
 
     def _check_hybrid(self, pattern: str) -> None:
         if len(pattern) != self.num_layers:
@@ -313,6 +328,14 @@ class ModelSpec(StrictModel):
         if self.hybrid_layer_pattern is None:
             return None
         return self.hybrid_layer_pattern[min(index, self.num_layers - 1)]
+
+    def mtp_block_indices(self) -> list[int]:
+        """For each block of one MTP module, the main layer whose costs it shares: the first
+        layer of its letter in a hybrid model with mtp_hybrid_pattern, else the last layer (a
+        transformer layer of the last layer's kind, DeepSeek-V3 report section 2.2)."""
+        if self.mtp_hybrid_pattern is None:
+            return [self.num_layers - 1]
+        return [self.hybrid_layer_pattern.index(letter) for letter in self.mtp_hybrid_pattern]
 
     def has_mixer(self, index: int) -> bool:
         """Layer `index` has a token mixer (attention, linear attention or Mamba): every layer of

@@ -8,6 +8,7 @@ squared-ReLU width 2688, shared expert 5376, 40 Mamba-2 + 40 MoE + 8 attention l
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,23 @@ def test_params_match_the_model_cards():
     u = _no_mtp(load_model(ULTRA))
     assert total_params(u) == pytest.approx(550e9, rel=0.01)
     assert active_params_per_token(u) == pytest.approx(55e9, rel=0.01)
+
+
+def test_mtp_module_holds_the_pattern_blocks(tmp_path):
+    # HF mtp_hybrid_override_pattern "*E" (Super) and mtp_layers_block_type ["attention", "moe"]
+    # (Ultra): each MTP module is an attention and an E block, costed like main layers 7 and 1
+    m, u = load_model(SUPER), load_model(ULTRA)
+    assert (m.mtp_hybrid_pattern, m.mtp_block_indices(), u.mtp_hybrid_pattern) == ("*E", [7, 1], "*E")
+    # + attention block 35,655,680 + E block 2,873,102,336 + the module's 2h x h projection and
+    # two norms (2 x 4096^2 + 2 x 4096)
+    assert total_params(m) - total_params(_no_mtp(m)) == 35_655_680 + 2_873_102_336 + 2 * 4096 ** 2 + 2 * 4096
+    # a hybrid file whose MTP letter has no main layer to cost it like is refused, field named
+    bad = json.loads((Path(__file__).parents[2] / "profiles/models" / f"{SUPER}.json").read_text())
+    bad["mtp_hybrid_override_pattern"] = "*-"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="mtp_hybrid_pattern='\\*-'.*missing \\['-'\\]"):
+        load_any(str(path))
 
 
 def test_moe_flops_match_megatron():

@@ -89,11 +89,31 @@ def parse_validate(argv: list[str], world: int, env: dict, cc: float):
     return args, config
 
 
-def layers_per_rank(config, pp: int, vpp: int) -> tuple[list[int], list[int]]:
+def hybrid_segments(pattern: str, pp: int, vpp: int) -> list[list[str]]:
+    """[pp rank][virtual stage] -> the layer letters Megatron Core's HybridModel builds there
+    (hybrid_layer_allocation.select_pipeline_segment, with the pipeline group's rank stubbed)."""
+    import torch
+    from megatron.core.models.hybrid import hybrid_layer_allocation as hla
+
+    main = hla.parse_hybrid_pattern(pattern).main_pattern
+    grid = []
+    for rank in range(pp):
+        with mock.patch.object(torch.distributed, "get_rank", return_value=rank), \
+                mock.patch.object(torch.distributed, "get_world_size", return_value=pp), \
+                mock.patch.object(hla, "log_on_each_pipeline_stage", lambda *a, **k: None):
+            grid.append(["".join(hla.select_pipeline_segment(main, object(), v if vpp > 1 else None)[0]) for v in range(vpp)])
+    return grid
+
+
+def layers_per_rank(config, pp: int, vpp: int, args=None) -> tuple[list[int], list[int]]:
     """Decoder and MTP layers each pipeline rank builds, from Megatron Core's own code."""
     from megatron.core import parallel_state
     from megatron.core.transformer.enums import LayerType
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    if args is not None and args.hybrid_layer_pattern:  # MTP depths run on the last stage
+        grid = hybrid_segments(args.hybrid_layer_pattern, pp, vpp)
+        return [sum(map(len, row)) for row in grid], [0] * (pp - 1) + [args.mtp_num_layers or 0]
 
     layout = config.pipeline_model_parallel_layout
     if layout is not None:
@@ -122,9 +142,11 @@ def recompute_per_rank(args, chunk_layers: list[list[int]]) -> tuple[str, list[i
     return "full", [sum(min(n, c) for c in chunks) for chunks in chunk_layers]  # block: first n of each chunk
 
 
-def chunk_layers(config, pp: int, vpp: int, ranks: list[int]) -> list[list[int]]:
+def chunk_layers(config, pp: int, vpp: int, ranks: list[int], args=None) -> list[list[int]]:
     from megatron.core.transformer.enums import LayerType
 
+    if args is not None and args.hybrid_layer_pattern:
+        return [list(map(len, row)) for row in hybrid_segments(args.hybrid_layer_pattern, pp, vpp)]
     layout = config.pipeline_model_parallel_layout
     if layout is not None:
         return [[layout.layout[r][v].count(LayerType.decoder) for v in range(vpp)] for r in range(pp)]
@@ -139,8 +161,8 @@ def resolve_megatron(folder, job) -> dict:
     args, config = parse_validate(argv, world, script_env(text), job.cluster.gpu.compute_capability)
     pp = args.pipeline_model_parallel_size
     vpp = args.virtual_pipeline_model_parallel_size or 1
-    ranks, mtp = layers_per_rank(config, pp, vpp)
-    granularity, recomputed = recompute_per_rank(args, chunk_layers(config, pp, vpp, ranks))
+    ranks, mtp = layers_per_rank(config, pp, vpp, args)
+    granularity, recomputed = recompute_per_rank(args, chunk_layers(config, pp, vpp, ranks, args))
     precision = "fp8" if args.fp8 else "fp4" if getattr(args, "fp4", None) else "fp16" if args.fp16 else "bf16"
     zero = {"optim_grads": 2, "optim_grads_params": 3}.get(args.data_parallel_sharding_strategy, 1) if args.use_megatron_fsdp \
         else int(bool(args.use_distributed_optimizer))
@@ -154,6 +176,14 @@ def resolve_megatron(folder, job) -> dict:
     }
     if args.context_parallel_size > 1:
         out["cp_algo"] = {"p2p": "ring", "a2a": "ulysses", "a2a+p2p": "hybrid"}[args.cp_comm_type[0] if isinstance(args.cp_comm_type, list) else args.cp_comm_type]
+    if args.hybrid_layer_pattern:
+        from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern
+
+        parsed = parse_hybrid_pattern(args.hybrid_layer_pattern)
+        out["layer_pattern"] = parsed.main_pattern.replace("|", "")
+        out["mtp_pattern"] = parsed.mtp_pattern
+        if "M" in out["layer_pattern"]:
+            out["mamba"] = (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups)
     if args.num_experts:
         out.update(moe_values(args, config, mtp))
     return out
@@ -162,6 +192,8 @@ def resolve_megatron(folder, job) -> dict:
 def moe_values(args, config, mtp: list[int]) -> dict:
     freq = config.moe_layer_freq
     layers = list(freq) if isinstance(freq, list) else [int(i % freq == 0) for i in range(config.num_layers)]
+    if args.hybrid_layer_pattern:  # HybridModel builds a MoE layer for each E letter
+        layers = [int(c == "E") for c in args.hybrid_layer_pattern.split("/")[0].replace("|", "")]
     return {
         "ep": args.expert_model_parallel_size, "etp": args.expert_tensor_parallel_size,
         "dispatcher": DISPATCHERS[args.moe_token_dispatcher_type], "experts": args.num_experts, "topk": args.moe_router_topk,

@@ -226,3 +226,66 @@ def test_chunked_attention_is_refused_by_name(tmp_path):
     scout = _hf_model(tmp_path, "scout", model_type="llama4_text", attention_chunk_size=8192)
     with pytest.raises(RuleViolation, match="local attention is a sliding window"):
         emit_megatron(make_job(scout, "dgx-h100", 16, 8192, 64, "tp=2,zero=1"))
+
+
+def test_hybrid_pattern_carries_the_stages_and_mtp():
+    # Nemotron 3 Super (88 layers, MTP module '*E') on pp 4 x vpp 2: eight '|' segments in
+    # virtual order (segment v * 4 + p runs on rank p as chunk v: Megatron-Core
+    # hybrid_layer_allocation.select_pipeline_segment), holding the plan's layer counts, then '/*E'
+    job = make_job(*GOLDEN_CASES["hybrid_latent_moe_vpp"])
+    argv = megatron_argv(job)
+    pattern = argv[argv.index("--hybrid-layer-pattern") + 1]
+    main, mtp = pattern.split("/")
+    segments = main.split("|")
+    layout = job.plan.pipeline_layout(88, 1)
+    assert [len(s) for s in segments] == list(layout.decoders) and len(segments) == 8
+    assert "".join(segments) == job.model.hybrid_layer_pattern and mtp == "*E"
+    # the pattern is the layout: no --num-layers, VPP or layout flags (arguments.py asserts them away)
+    assert not {"--num-layers", "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout",
+                "--mtp-num-layers", "--moe-layer-freq"} & set(argv)
+    text = script_of(job)
+    assert '"$MEGATRON_LM/pretrain_hybrid.py"' in text and "pretrain_gpt.py" not in text
+    # Mamba-2 shape, squared ReLU and no position embedding (Megatron's default is learned_absolute)
+    for flags in (["--mamba-num-heads", "128"], ["--mamba-head-dim", "64"], ["--mamba-state-dim", "128"],
+                  ["--mamba-num-groups", "8"], ["--squared-relu"], ["--position-embedding-type", "none"],
+                  ["--moe-latent-size", "1024"]):
+        i = argv.index(flags[0])
+        assert argv[i:i + len(flags)] == flags
+
+
+def test_squared_relu_for_a_gpt_model():
+    # Nemotron-4 340B (profiles/models/nemotron4-340b.yaml activation squared_relu): without
+    # --squared-relu Megatron builds a GeLU MLP
+    argv = megatron_argv(make_job("nemotron4-340b", "dgx-h100", 64, 4096, 64, "tp=8,pp=8,zero=1"))
+    assert "--squared-relu" in argv and "--swiglu" not in argv
+
+
+HYBRID = ["--hybrid-layer-pattern", "M-M*|M-M-", "--hidden-size", "1024", "--num-attention-heads", "8", "--seq-length", "4096",
+          "--max-position-embeddings", "4096", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16",
+          "--mamba-num-heads", "32", "--mamba-num-groups", "8"]
+
+
+@pytest.mark.parametrize("extra, rule", [
+    # arguments.py: the '|' segments are the layout; segments % PP; mamba_mixer.py: groups % TP
+    (["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"], "no other layout flags"),
+    (["--pipeline-model-parallel-size", "4"], "pipeline segments ('|') % PP == 0"),
+    (["--tensor-model-parallel-size", "16"], "mamba heads and groups % TP == 0"),
+    # mamba_context_parallel.py: (heads / TP) % CP with 32 heads over tp 2 x cp 32 -> 16 % 32
+    (["--tensor-model-parallel-size", "2", "--context-parallel-size", "32"], "Mamba CP"),
+])
+def test_hybrid_rules(extra, rule):
+    assert any(rule in found for found in _check(HYBRID + extra, world=1024))
+
+
+def test_hybrid_valid_arguments_pass():
+    # the layout the pattern states: 2 segments on pp 2 -> 4 layers, no VPP
+    assert _check(HYBRID + ["--pipeline-model-parallel-size", "2"]) == []
+
+
+def test_hybrid_mtp_off_the_last_stage_is_refused():
+    # Super on pp 2 x vpp 2 with its MTP module on virtual stage 2 of 4: --hybrid-layer-pattern
+    # can only put the '/' segments after the last stage
+    job = make_job("nemotron-3-super-120b-a12b", "dgx-h100", 64, 8192, 512,
+                   "tp=2,pp=2,vpp=2,ep=16,etp=1,zero=1,recompute=full,layout=Et*30|t*29|t*29m|L")
+    with pytest.raises(RuleViolation, match="MTP modules run on the last pipeline stage"):
+        emit_megatron(job)
