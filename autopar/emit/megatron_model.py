@@ -72,8 +72,7 @@ def hybrid_layer_pattern(job: EmitJob) -> str:
             parts.append(text[start:start + n])
             start += n
         text = "|".join(parts)
-    mtp = m.mtp_hybrid_pattern or text[-1]
-    return text + ("/" + mtp) * m.mtp_num_layers
+    return text + ("/" + m.mtp_hybrid_blocks) * m.mtp_num_layers
 
 
 def hybrid_flags(job: EmitJob) -> list[Group]:

@@ -85,8 +85,8 @@ def megatron_parser() -> argparse.ArgumentParser:
 
 def parse_megatron_argv(argv: list[str], resolve_hybrid: bool = True) -> argparse.Namespace:
     """Known flags into a namespace; unknown flags (data, optimizer, logging) are ignored. With
-    a hybrid layer pattern the layer count, MTP depth and (with '|' segments) the pipeline layout
-    are the pattern's (resolve_hybrid; the rules read the flags as written first)."""
+    a hybrid layer pattern the layer count and (with '|' segments) the pipeline layout, MTP
+    modules included, are the pattern's (resolve_hybrid; the rules read the flags as written first)."""
     try:
         ns, _ = megatron_parser().parse_known_args(argv)
     except SystemExit:  # argparse reports a bad value by exiting
@@ -94,7 +94,7 @@ def parse_megatron_argv(argv: list[str], resolve_hybrid: bool = True) -> argpars
     if resolve_hybrid and ns.hybrid_layer_pattern:
         main, *mtp = ns.hybrid_layer_pattern.split("/")
         segments = main.split("|")
-        ns.num_layers, ns.mtp_num_layers = sum(map(len, segments)), len(mtp)
+        ns.num_layers = sum(map(len, segments))
         if len(segments) > 1 and len(segments) % ns.pipeline_model_parallel_size == 0:
             # as the layout string Megatron's GPT path reads: E first, MTP and L last (segments
             # that do not divide by pp are the hybrid rules' to report)

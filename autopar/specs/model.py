@@ -329,13 +329,22 @@ class ModelSpec(StrictModel):
             return None
         return self.hybrid_layer_pattern[min(index, self.num_layers - 1)]
 
+    @property
+    def mtp_hybrid_blocks(self) -> str | None:
+        """The letters of one MTP module of a hybrid model: mtp_hybrid_pattern, else one block of
+        the last layer's letter; None for a model without a hybrid pattern."""
+        if self.hybrid_layer_pattern is None:
+            return None
+        return self.mtp_hybrid_pattern or self.hybrid_layer_pattern[-1]
+
     def mtp_block_indices(self) -> list[int]:
         """For each block of one MTP module, the main layer whose costs it shares: the first
-        layer of its letter in a hybrid model with mtp_hybrid_pattern, else the last layer (a
-        transformer layer of the last layer's kind, DeepSeek-V3 report section 2.2)."""
-        if self.mtp_hybrid_pattern is None:
+        layer of its letter in a hybrid model, else the last layer (a transformer layer of the
+        last layer's kind, DeepSeek-V3 report section 2.2)."""
+        blocks = self.mtp_hybrid_blocks
+        if blocks is None:
             return [self.num_layers - 1]
-        return [self.hybrid_layer_pattern.index(letter) for letter in self.mtp_hybrid_pattern]
+        return [self.hybrid_layer_pattern.index(letter) for letter in blocks]
 
     def has_mixer(self, index: int) -> bool:
         """Layer `index` has a token mixer (attention, linear attention or Mamba): every layer of

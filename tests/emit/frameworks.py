@@ -52,7 +52,7 @@ def planned(job: EmitJob) -> dict:
         out["async_tp_compiled"] = True  # torchtitan: async TP runs only with the model compiled
     if model.hybrid_layer_pattern is not None:  # one block per layer: the letters each layer builds
         out["layer_pattern"] = model.hybrid_layer_pattern
-        out["mtp_pattern"] = (model.mtp_hybrid_pattern or model.hybrid_layer_pattern[-1]) if model.mtp_num_layers else None
+        out["mtp_pattern"] = model.mtp_hybrid_blocks if model.mtp_num_layers else None
     if model.mamba is not None:
         out["mamba"] = (model.mamba.num_heads, model.mamba.head_dim, model.mamba.state_dim, model.mamba.num_groups)
     if model.is_moe:

@@ -289,3 +289,22 @@ def test_hybrid_mtp_off_the_last_stage_is_refused():
                    "tp=2,pp=2,vpp=2,ep=16,etp=1,zero=1,recompute=full,layout=Et*30|t*29|t*29m|L")
     with pytest.raises(RuleViolation, match="MTP modules run on the last pipeline stage"):
         emit_megatron(job)
+
+
+def test_hybrid_mtp_after_an_empty_last_stage(tmp_path):
+    # a Nemotron-H file with an MTP module but no mtp_hybrid_override_pattern: the module is one
+    # block of the last layer's letter (E). With pp 3 and the last stage holding only MTP and loss
+    # (layout ...|mL) the pattern ends in an empty segment, '|', then '/E' -- Megatron-Core 0.19.2
+    # reads 'M-M*|-M-E|/E' as 8 layers in segments ['M-M*'], ['-M-E'], [''] and MTP depth 1
+    import json
+    from pathlib import Path
+    cfg = json.loads((Path(__file__).parents[2] / "profiles/models/nemotron-3-super-120b-a12b.json").read_text())
+    del cfg["mtp_hybrid_override_pattern"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    job = make_job(str(path), "dgx-h100", 96, 8192, 384, "tp=2,pp=3,ep=16,etp=1,zero=1,recompute=full,layout=Et*44|t*44|mL")
+    argv = megatron_argv(job)
+    pattern = argv[argv.index("--hybrid-layer-pattern") + 1]
+    assert pattern.endswith("MEMEMEME|/E") and pattern.count("|") == 2
+    plan, _ = parse_megatron_script(script_of(job))  # emits without a refusal and reads back as planned
+    assert canonical_plan(plan, job.model, job.num_gpus) == canonical_plan(job.plan, job.model, job.num_gpus)
