@@ -19,7 +19,7 @@ from autopar.emit.common import (
 from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
 )
-from autopar.emit.megatron_model import DISPATCHER
+from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
 from autopar.specs.plan import CpAlgo, Recompute
 from autopar.specs.training import Precision
 
@@ -31,7 +31,18 @@ RECIPES = {
     "llama3-70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
     "llama3-405b": ("megatron.bridge.recipes.llama", "llama31_405b_pretrain_config"),
     "deepseek-v3": ("megatron.bridge.recipes.deepseek", "deepseek_v3_pretrain_config"),
+    # hybrid Mamba-2 models: HybridModelProvider recipes (megatron/bridge/recipes/nemotronh/__init__.py)
+    "nemotron-h-8b": ("megatron.bridge.recipes.nemotronh", "nemotronh_8b_pretrain_config"),
+    "nemotron-h-56b": ("megatron.bridge.recipes.nemotronh", "nemotronh_56b_pretrain_config"),
+    "nemotron-3-nano-30b-a3b": ("megatron.bridge.recipes.nemotronh", "nemotron_3_nano_pretrain_config"),
+    "nemotron-3-super-120b-a12b": ("megatron.bridge.recipes.nemotronh", "nemotron_3_super_pretrain_config"),
+    "nemotron-3-ultra-550b-a55b": ("megatron.bridge.recipes.nemotronh", "nemotron_3_ultra_pretrain_config"),
 }
+# Adam state bytes per parameter (TrainingSpec.optimizer_bytes_per_param) -> OptimizerConfig's
+# precision-aware dtypes (main params, both moments); the recipes' own choice differs (Nemotron 3
+# Super: fp16 main params and bf16 moments, 6 bytes), so it is always written
+OPTIMIZER_DTYPES = {12.0: ("float32", "float32"), 10.0: ("float16", "float32"), 8.0: ("float32", "bfloat16"),
+                    6.0: ("float16", "bfloat16")}
 
 
 def recipe_for(job: EmitJob) -> tuple[str, str]:
@@ -94,19 +105,38 @@ def _model_overrides(job: EmitJob) -> dict:
                   "model.v_head_dim": m.mla.v_head_dim})
     # recipes carry MTP and MoE defaults of their own (DeepSeek-V3: MTP 1, flex dispatcher): set them all
     o["model.mtp_num_layers"] = m.mtp_num_layers or None
+    if m.hybrid_layer_pattern is not None:
+        o.update(_hybrid_overrides(job))
     if m.is_moe:
         o.update({"model.num_moe_experts": m.num_experts, "model.moe_router_topk": m.moe_top_k,
                   "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size,
                   "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_ffn_size or None,
-                  "model.moe_layer_freq": [int(m.is_moe_layer(i)) for i in range(m.num_layers)],
                   "model.moe_router_score_function": m.moe_router_score_function.value,
                   "model.moe_router_enable_expert_bias": m.moe_router_expert_bias,
                   "model.moe_router_num_groups": m.moe_router_num_groups, "model.moe_router_group_topk": m.moe_router_group_topk,
                   "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
                   "model.moe_token_dispatcher_type": DISPATCHER[plan.dispatcher],
-                  "model.overlap_moe_expert_parallel_comm": plan.ep_overlap})
+                  "model.overlap_moe_expert_parallel_comm": plan.ep_overlap, "model.moe_latent_size": m.moe_latent_size})
+        if m.hybrid_layer_pattern is None:  # a hybrid pattern's E letters are its MoE layers
+            o["model.moe_layer_freq"] = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
         if DISPATCHER[plan.dispatcher] == "flex":
             o["model.moe_flex_dispatcher_backend"] = "deepep"
+    return o
+
+
+def _hybrid_overrides(job: EmitJob) -> dict:
+    """HybridModelProvider (megatron/bridge/models/hybrid/hybrid_provider.py): the staged main
+    pattern (its '|' segments are the pipeline split, as --hybrid-layer-pattern in Megatron-LM);
+    finalize() appends '/' + mtp_hybrid_override_pattern once per MTP layer when
+    mtp_use_repeated_layer is off (the Super recipe turns it on and runs 2 passes of one module);
+    the recipes set the deprecated hybrid_override_pattern, which may not be set beside it."""
+    m = job.model
+    o: dict = {"model.hybrid_override_pattern": None, "model.hybrid_layer_pattern": hybrid_stage_pattern(job),
+               "model.mtp_hybrid_override_pattern": m.mtp_hybrid_blocks if m.mtp_num_layers else None,
+               "model.mtp_use_repeated_layer": False}
+    if m.mamba is not None:
+        o.update({"model.mamba_num_heads": m.mamba.num_heads, "model.mamba_head_dim": m.mamba.head_dim,
+                  "model.mamba_state_dim": m.mamba.state_dim, "model.mamba_num_groups": m.mamba.num_groups})
     return o
 
 
@@ -121,6 +151,8 @@ def _pipeline_overrides(job: EmitJob) -> dict:
     if plan.pp == 1:
         return o
     o["model.pipeline_dtype"] = "torch.float16" if t.precision == Precision.fp16 else "torch.bfloat16"
+    if job.model.hybrid_layer_pattern is not None:  # the pattern's '|' segments split it (_hybrid_overrides)
+        return o
     for group in _layout_flags(job):
         key = {"--pipeline-model-parallel-layout": "model.pipeline_model_parallel_layout",
                "--num-virtual-stages-per-pipeline-rank": "model.virtual_pipeline_model_parallel_size",
@@ -148,6 +180,13 @@ def bridge_overrides(job: EmitJob) -> dict:
         "ddp.use_megatron_fsdp": plan.zero >= 2,
         "dist.use_tp_pp_dp_mapping": plan.order.value == "tp-cp-ep-pp-dp",
     })
+    dtypes = OPTIMIZER_DTYPES.get(t.optimizer_bytes_per_param)
+    if dtypes is not None:  # validate_bridge refuses the other sizes
+        main, moments = dtypes
+        o.update({"optimizer.use_precision_aware_optimizer": dtypes != ("float32", "float32"),
+                  "optimizer.main_grads_dtype": "torch.float32",  # the only one without the precision-aware optimizer
+                  "optimizer.main_params_dtype": f"torch.{main}", "optimizer.exp_avg_dtype": f"torch.{moments}",
+                  "optimizer.exp_avg_sq_dtype": f"torch.{moments}"})
     steps = checkpoint_interval_steps(job)  # Young-Daly, from the cluster file's storage and MTBF
     if steps:
         o["checkpoint.save_interval"] = steps
@@ -191,6 +230,13 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     rules.check(job.model.name in RECIPES, "a Megatron-Bridge recipe for the model",
                 f"{job.model.name}: autopar maps {', '.join(sorted(RECIPES))} to their recipes; another recipe would train a different network",
                 "megatron/bridge/recipes")
+    rules.check(job.model.hybrid_layer_pattern is None or job.plan.vpp == 1, "no virtual pipeline stages for hybrid models",
+                f"vpp={job.plan.vpp}: HybridModelProvider.provide asserts virtual_pipeline_model_parallel_size is None "
+                "(Megatron-LM's pretrain_hybrid.py runs it: --format megatron)", "megatron/bridge/models/hybrid/hybrid_provider.py provide")
+    bytes_ = job.training.optimizer_bytes_per_param
+    rules.check(bytes_ in OPTIMIZER_DTYPES, "Adam state of fp32 or 16-bit main params and moments",
+                f"optimizer_bytes_per_param={bytes_:g}: OptimizerConfig's precision-aware dtypes give "
+                f"{', '.join(f'{b:g}' for b in sorted(OPTIMIZER_DTYPES))} bytes", "megatron/core/optimizer/optimizer_config.py")
     if rules.found:
         return rules, None
     o = bridge_overrides(job)
@@ -202,7 +248,7 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
 
 
 def _py_value(key: str, value: object) -> str:
-    if key == "model.pipeline_dtype" and isinstance(value, str):
+    if key.endswith("_dtype") and isinstance(value, str):
         return value  # torch.bfloat16
     return repr(value)
 

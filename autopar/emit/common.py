@@ -16,6 +16,8 @@ from autopar.specs.training import TrainingSpec
 
 GB = 1e9
 
+MEGATRON_CORE_FRAMEWORKS = ("megatron", "megatron-bridge")
+
 
 @dataclass(frozen=True)
 class EmitJob:
@@ -109,15 +111,18 @@ def check_common(job: EmitJob, rules: Rules) -> None:
     rules.check(not job.training.frozen_weights, "pretraining only",
                 "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
     m = job.model
-    rules.check(m.hybrid_layer_pattern is None or rules.framework == "megatron", "decoder layers of attention plus MLP",
+    # Mamba-2 blocks and LatentMoE's projections are Megatron-Core modules (HybridModel, MoELayer):
+    # Megatron-LM and Megatron-Bridge (HybridModelProvider) build them, torchtitan and DeepSpeed do not
+    core = rules.framework in MEGATRON_CORE_FRAMEWORKS
+    rules.check(m.hybrid_layer_pattern is None or core, "decoder layers of attention plus MLP",
                 f"{m.name} is a hybrid model (one block per layer, pattern {m.hybrid_layer_pattern}): of the emitters only "
-                "Megatron-LM writes it (--format megatron: pretrain_hybrid.py --hybrid-layer-pattern); torchtitan and DeepSpeed "
-                "have no Mamba-2 layers, and autopar's Megatron-Bridge recipes build GPT models only",
+                "Megatron-LM (--format megatron: pretrain_hybrid.py --hybrid-layer-pattern) and Megatron-Bridge (--format "
+                "megatron-bridge: HybridModelProvider) write it; torchtitan and DeepSpeed have no Mamba-2 layers",
                 "megatron/training/arguments.py --hybrid-layer-pattern")
-    # LatentMoE's projections exist in Megatron-Core's MoELayer only (--moe-latent-size)
-    rules.check(m.moe_latent_size is None or rules.framework == "megatron", "routed experts at the model width",
+    rules.check(m.moe_latent_size is None or core, "routed experts at the model width",
                 f"{m.name} runs its experts at moe_latent_size={m.moe_latent_size} (LatentMoE); of the emitters only Megatron-LM "
-                "has it (--moe-latent-size)", "megatron/core/transformer/moe/moe_layer.py fc1_latent_proj")
+                "(--moe-latent-size) and Megatron-Bridge (model.moe_latent_size) have it",
+                "megatron/core/transformer/moe/moe_layer.py fc1_latent_proj")
     try:
         job.plan.data_parallel(job.num_gpus)
     except InputError as exc:

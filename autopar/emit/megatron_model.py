@@ -59,20 +59,26 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
 SQUARED_RELU = ("squared_relu", "relu2")
 
 
-def hybrid_layer_pattern(job: EmitJob) -> str:
-    """Megatron-LM --hybrid-layer-pattern: one letter per layer, '|' between the plan's virtual
+def hybrid_stage_pattern(job: EmitJob) -> str:
+    """A hybrid model's main pattern, one letter per layer, with '|' between the plan's virtual
     pipeline stages in virtual order (segment v * pp + p runs on rank p as its chunk v:
-    hybrid_layer_allocation.py select_pipeline_segment), then '/' and the blocks of each MTP
-    module (they run on the last stage)."""
+    hybrid_layer_allocation.py select_pipeline_segment)."""
     m, plan = job.model, job.plan
     text = m.hybrid_layer_pattern
-    if plan.pp > 1:
-        parts, start = [], 0
-        for n in plan.pipeline_layout(m.num_layers, m.mtp_num_layers).decoders:
-            parts.append(text[start:start + n])
-            start += n
-        text = "|".join(parts)
-    return text + ("/" + m.mtp_hybrid_blocks) * m.mtp_num_layers
+    if plan.pp == 1:
+        return text
+    parts, start = [], 0
+    for n in plan.pipeline_layout(m.num_layers, m.mtp_num_layers).decoders:
+        parts.append(text[start:start + n])
+        start += n
+    return "|".join(parts)
+
+
+def hybrid_layer_pattern(job: EmitJob) -> str:
+    """Megatron-LM --hybrid-layer-pattern: the staged main pattern, then '/' and the blocks of
+    each MTP module (they run on the last stage)."""
+    m = job.model
+    return hybrid_stage_pattern(job) + ("/" + m.mtp_hybrid_blocks) * m.mtp_num_layers
 
 
 def hybrid_flags(job: EmitJob) -> list[Group]:

@@ -167,20 +167,22 @@ def test_validation_rows_take_the_hybrid_preset():
     assert "Mamba" in not_modelled(jamba, row_model(jamba))
 
 
-def test_only_megatron_emits_hybrid_models():
+def test_only_megatron_core_emitters_write_hybrid_models():
     from types import SimpleNamespace
 
     from autopar.emit.common import Rules, check_common
 
     # every emitter runs check_common first; `autopar search --framework torchtitan` on the 56B
-    # preset ends with this rule as its one-line error; Megatron-LM runs it (pretrain_hybrid.py)
+    # preset ends with this rule as its one-line error; Megatron-LM (pretrain_hybrid.py) and
+    # Megatron-Bridge (HybridModelProvider) build Mamba-2 layers
     job = SimpleNamespace(model=load_model(H56), training=TrainingSpec(seq_len=8192, global_batch_size=192),
                           plan=Plan(tp=8, pp=1, dp=8, mbs=1), num_gpus=64)
-    for framework in ("torchtitan", "deepspeed", "megatron-bridge"):
+    for framework in ("torchtitan", "deepspeed"):
         rules = Rules(framework)
         check_common(job, rules)
         assert [v.rule for v in rules.found] == ["decoder layers of attention plus MLP"]
-        assert "--format megatron" in rules.found[0].detail
-    rules = Rules("megatron")
-    check_common(job, rules)
-    assert not rules.found
+        assert "--format megatron" in rules.found[0].detail and "--format megatron-bridge" in rules.found[0].detail
+    for framework in ("megatron", "megatron-bridge"):
+        rules = Rules(framework)
+        check_common(job, rules)
+        assert not rules.found

@@ -77,9 +77,12 @@ GOLDEN_CASES = {
     "fsdp_pp": ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=2,pp=4,zero=3,recompute=full", "bf16", FP32_REDUCE),
 
     "stage_recompute": ("llama3-70b", "dgx-h100", 64, 4096, 256, "tp=4,pp=4,recompute=full,stage_recompute_layers=16/12/8/4"),
-    # hybrid Mamba-2 models (pretrain_hybrid.py --hybrid-layer-pattern): Nemotron-H 8B with tp 2, and
+    # hybrid Mamba-2 models (pretrain_hybrid.py --hybrid-layer-pattern; Bridge: HybridModelProvider): Nemotron-H 8B with tp 2, and
     # Nemotron 3 Super (LatentMoE, an '*E' MTP module) on pp 4 x vpp 2 with ep 32, its stages as '|' segments
     "hybrid_mamba": ("nemotron-h-8b", "dgx-h100", 16, 8192, 256, "tp=2,sp=on,pp=1,zero=1,recompute=selective", "bf16", FP32_REDUCE),
     "hybrid_latent_moe_vpp": ("nemotron-3-super-120b-a12b", "dgx-h100", 256, 8192, 512,
                               "tp=2,sp=on,pp=4,vpp=2,ep=32,etp=1,zero=1,recompute=full", "bf16", FP32_REDUCE),
+    # the same model without virtual stages, which Megatron-Bridge's HybridModelProvider also builds
+    "hybrid_latent_moe_pp": ("nemotron-3-super-120b-a12b", "dgx-h100", 128, 8192, 256,
+                             "tp=2,sp=on,pp=4,ep=16,etp=1,zero=1,recompute=full", "bf16", FP32_REDUCE),
 }

@@ -62,6 +62,7 @@ def planned(job: EmitJob) -> dict:
             "router_expert_bias": model.moe_router_expert_bias, "router_groups": model.moe_router_num_groups,
             "router_group_topk": model.moe_router_group_topk, "mtp_layers": model.mtp_num_layers,
             "moe_layers": [int(model.is_moe_layer(i)) for i in range(model.num_layers)],
+            "moe_latent": model.moe_latent_size,  # LatentMoE's expert width (None: the model width)
         })
     return out
 

@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 from unittest import mock
 
-from fw_megatron import chunk_layers, layers_per_rank, megatron_process, recompute_per_rank
+from fw_megatron import chunk_layers, hybrid_values, layers_per_rank, megatron_process, pattern_moe_layers, recompute_per_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 HF_REPOS = {  # recipe's hub id -> preset file (profiles/models/SOURCES.md names the hub file)
@@ -25,6 +25,8 @@ HF_REPOS = {  # recipe's hub id -> preset file (profiles/models/SOURCES.md names
     "meta-llama/Meta-Llama-3-70B": "llama3-70b.json",
     "meta-llama/Meta-Llama-3.1-405B": "llama3-405b.json",
     "deepseek-ai/DeepSeek-V3": "deepseek-v3.json",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": "nemotron-3-super-120b-a12b.json",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "nemotron-3-ultra-550b-a55b.json",
 }
 
 
@@ -67,6 +69,7 @@ def import_bridge() -> None:
     try:
         import megatron.bridge.recipes.deepseek  # noqa: F401
         import megatron.bridge.recipes.llama  # noqa: F401
+        import megatron.bridge.recipes.nemotronh  # noqa: F401
         import megatron.bridge.training.config  # noqa: F401
     finally:  # only Bridge's import-time reference stays; later 'import transformer_engine' fails as on any CPU
         del sys.modules["transformer_engine"], sys.modules["transformer_engine.pytorch"]
@@ -105,10 +108,13 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
         runtime_config_update(cfg)
     m, t = cfg.model, cfg.train
     pp, vpp = m.pipeline_model_parallel_size, m.virtual_pipeline_model_parallel_size or 1
-    ranks, mtp = layers_per_rank(m, pp, vpp)
+    # a HybridModelProvider's finalized hybrid_layer_pattern ('|' stages, '/' MTP depths) reads
+    # as Megatron-LM's args; a GPT provider has no such field
+    hybrid = m if getattr(m, "hybrid_layer_pattern", None) else None
+    ranks, mtp = layers_per_rank(m, pp, vpp, hybrid)
     dp = cfg.data_parallel_size
     # the provider is a TransformerConfig: recompute_granularity/method/num_layers as Megatron-LM's args
-    recompute, recomputed = recompute_per_rank(m, chunk_layers(m, pp, vpp, ranks))
+    recompute, recomputed = recompute_per_rank(m, chunk_layers(m, pp, vpp, ranks, hybrid))
     out = {
         "tp": m.tensor_model_parallel_size, "pp": pp, "cp": m.context_parallel_size, "dp": dp, "vpp": vpp,
         "mbs": t.micro_batch_size, "gbs": t.global_batch_size, "microbatches": t.global_batch_size // (t.micro_batch_size * dp),
@@ -120,6 +126,8 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
     }
     if m.context_parallel_size > 1:
         out["cp_algo"] = {"p2p": "ring", "a2a": "ulysses", "a2a+p2p": "hybrid"}[m.cp_comm_type]
+    if hybrid:
+        out.update(hybrid_values(m.hybrid_layer_pattern, m))
     if m.num_moe_experts:
         freq = m.moe_layer_freq
         out.update({
@@ -128,6 +136,8 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
             "experts": m.num_moe_experts, "topk": m.moe_router_topk, "router_score": m.moe_router_score_function,
             "router_expert_bias": bool(m.moe_router_enable_expert_bias), "router_groups": m.moe_router_num_groups,
             "router_group_topk": m.moe_router_group_topk, "mtp_layers": sum(mtp),
-            "moe_layers": list(freq) if isinstance(freq, list) else [int(i % freq == 0) for i in range(m.num_layers)],
+            "moe_layers": pattern_moe_layers(m.hybrid_layer_pattern) if hybrid
+            else list(freq) if isinstance(freq, list) else [int(i % freq == 0) for i in range(m.num_layers)],
+            "moe_latent": m.moe_latent_size,
         })
     return out

@@ -177,27 +177,38 @@ def resolve_megatron(folder, job) -> dict:
     if args.context_parallel_size > 1:
         out["cp_algo"] = {"p2p": "ring", "a2a": "ulysses", "a2a+p2p": "hybrid"}[args.cp_comm_type[0] if isinstance(args.cp_comm_type, list) else args.cp_comm_type]
     if args.hybrid_layer_pattern:
-        from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern
-
-        parsed = parse_hybrid_pattern(args.hybrid_layer_pattern)
-        out["layer_pattern"] = parsed.main_pattern.replace("|", "")
-        out["mtp_pattern"] = parsed.mtp_pattern
-        if "M" in out["layer_pattern"]:
-            out["mamba"] = (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups)
+        out.update(hybrid_values(args.hybrid_layer_pattern, config))
     if args.num_experts:
         out.update(moe_values(args, config, mtp))
     return out
 
 
+def hybrid_values(pattern: str, config) -> dict:
+    """The layer letters, MTP blocks and Mamba-2 shape Megatron Core's HybridModel builds from a
+    full pattern ('|' stages, '/' MTP depths) and its TransformerConfig."""
+    from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern
+
+    parsed = parse_hybrid_pattern(pattern)
+    out = {"layer_pattern": parsed.main_pattern.replace("|", ""), "mtp_pattern": parsed.mtp_pattern}
+    if "M" in out["layer_pattern"]:
+        out["mamba"] = (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups)
+    return out
+
+
+def pattern_moe_layers(pattern: str) -> list[int]:
+    """HybridModel builds a MoE layer for each E letter of the main pattern."""
+    return [int(c == "E") for c in pattern.split("/")[0].replace("|", "")]
+
+
 def moe_values(args, config, mtp: list[int]) -> dict:
     freq = config.moe_layer_freq
     layers = list(freq) if isinstance(freq, list) else [int(i % freq == 0) for i in range(config.num_layers)]
-    if args.hybrid_layer_pattern:  # HybridModel builds a MoE layer for each E letter
-        layers = [int(c == "E") for c in args.hybrid_layer_pattern.split("/")[0].replace("|", "")]
+    if args.hybrid_layer_pattern:
+        layers = pattern_moe_layers(args.hybrid_layer_pattern)
     return {
         "ep": args.expert_model_parallel_size, "etp": args.expert_tensor_parallel_size,
         "dispatcher": DISPATCHERS[args.moe_token_dispatcher_type], "experts": args.num_experts, "topk": args.moe_router_topk,
         "router_score": args.moe_router_score_function, "router_expert_bias": bool(args.moe_router_enable_expert_bias),
         "router_groups": args.moe_router_num_groups, "router_group_topk": args.moe_router_group_topk,
-        "mtp_layers": sum(mtp), "moe_layers": layers,
+        "mtp_layers": sum(mtp), "moe_layers": layers, "moe_latent": config.moe_latent_size,
     }

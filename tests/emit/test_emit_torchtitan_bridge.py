@@ -189,3 +189,52 @@ def test_bridge_sets_offload_modules():
     o = bridge_overrides(job)
     assert o["model.fine_grained_activation_offloading"] is True and o["model.offload_modules"] == ["expert_fc1", "moe_act"]
     assert "model.offload_modules" not in bridge_overrides(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2"))
+
+
+def test_bridge_hybrid_model_overrides():
+    """Nemotron 3 Super on pp 4 (HybridModelProvider, megatron/bridge/models/hybrid/hybrid_provider.py):
+    the main pattern carries the stages as '|' segments (the balanced split, autopar.specs.layout:
+    88 layers + embedding + loss + 2 units for the MTP module = 92 = 4 x 23, less the embedding on
+    the first stage and loss + MTP on the last: 22, 23, 23, 20), the MTP module's '*E' goes
+    to mtp_hybrid_override_pattern, which finalize() appends once per MTP layer with repetition off;
+    the recipe's deprecated hybrid_override_pattern is cleared (it may not be set beside the pattern);
+    no layout fields and no moe_layer_freq (the E letters are the MoE layers)."""
+    job = make_job(*GOLDEN_CASES["hybrid_latent_moe_pp"])
+    o = bridge_overrides(job)
+    segments = o["model.hybrid_layer_pattern"].split("|")
+    assert [len(s) for s in segments] == [22, 23, 23, 20]
+    assert "".join(segments) == job.model.hybrid_layer_pattern and "/" not in o["model.hybrid_layer_pattern"]
+    assert o["model.mtp_hybrid_override_pattern"] == "*E" and o["model.mtp_use_repeated_layer"] is False
+    assert o["model.mtp_num_layers"] == 1 and o["model.hybrid_override_pattern"] is None
+    assert (o["model.mamba_num_heads"], o["model.mamba_head_dim"], o["model.mamba_state_dim"], o["model.mamba_num_groups"]) \
+        == (128, 64, 128, 8)  # the HF config's mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups
+    assert o["model.moe_latent_size"] == 1024 and "model.moe_layer_freq" not in o
+    assert o["model.pipeline_model_parallel_layout"] is None and o["model.num_layers_in_first_pipeline_stage"] is None
+
+
+def test_bridge_refuses_virtual_stages_of_hybrid_models():
+    """HybridModelProvider.provide asserts virtual_pipeline_model_parallel_size is None; Megatron-LM runs it."""
+    from autopar.emit import emit
+    job = make_job(*GOLDEN_CASES["hybrid_latent_moe_vpp"])
+    with pytest.raises(RuleViolation, match="no virtual pipeline stages for hybrid models") as info:
+        emit_bridge(job)
+    assert "--format megatron" in str(info.value)
+    emit(job, "megatron")
+
+
+@pytest.mark.parametrize("state_bytes, dtypes", [
+    (12.0, (False, "torch.float32", "torch.float32")),   # fp32 master + two fp32 moments (Adam, 12 B)
+    (6.0, (True, "torch.float16", "torch.bfloat16")),    # the Super recipe's choice: 2 + 2 + 2 B
+    (8.0, (True, "torch.float32", "torch.bfloat16")),    # 4 + 2 + 2 B
+])
+def test_bridge_writes_the_optimizer_state_the_plan_counts(state_bytes, dtypes):
+    """The recipes pick their own Adam state (Super: precision-aware, fp16 main params and bf16
+    moments); the plan's memory counts TrainingSpec.optimizer_bytes_per_param, so it is written."""
+    o = bridge_overrides(make_job(*GOLDEN_CASES["hybrid_mamba"][:6], optimizer_bytes_per_param=state_bytes))
+    assert (o["optimizer.use_precision_aware_optimizer"], o["optimizer.main_params_dtype"], o["optimizer.exp_avg_dtype"]) == dtypes
+    assert o["optimizer.exp_avg_sq_dtype"] == dtypes[2] and o["optimizer.main_grads_dtype"] == "torch.float32"
+
+
+def test_bridge_refuses_an_optimizer_state_it_cannot_hold():
+    with pytest.raises(RuleViolation, match="optimizer_bytes_per_param=7"):
+        emit_bridge(make_job(*GOLDEN_CASES["dense_1f1b"][:6], optimizer_bytes_per_param=7.0))

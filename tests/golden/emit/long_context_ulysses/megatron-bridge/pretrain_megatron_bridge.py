@@ -9,6 +9,8 @@
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the llama3_8b_pretrain_config recipe."""
 
+import torch
+
 from megatron.bridge.recipes.llama import llama3_8b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
@@ -50,6 +52,11 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': True,
     'dist.use_tp_pp_dp_mapping': False,
+    'optimizer.use_precision_aware_optimizer': False,
+    'optimizer.main_grads_dtype': torch.float32,
+    'optimizer.main_params_dtype': torch.float32,
+    'optimizer.exp_avg_dtype': torch.float32,
+    'optimizer.exp_avg_sq_dtype': torch.float32,
     'checkpoint.save_interval': 1103,
     'ddp.data_parallel_sharding_strategy': 'optim_grads_params',
     'checkpoint.ckpt_format': 'fsdp_dtensor',

@@ -9,6 +9,8 @@
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the deepseek_v3_pretrain_config recipe."""
 
+import torch
+
 from megatron.bridge.recipes.deepseek import deepseek_v3_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
@@ -48,7 +50,6 @@ OVERRIDES = {
     'model.moe_router_topk': 8,
     'model.moe_ffn_hidden_size': 2048,
     'model.moe_shared_expert_intermediate_size': 2048,
-    'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'model.moe_router_score_function': 'sigmoid',
     'model.moe_router_enable_expert_bias': True,
     'model.moe_router_num_groups': 8,
@@ -56,6 +57,8 @@ OVERRIDES = {
     'model.moe_router_topk_scaling_factor': 2.5,
     'model.moe_token_dispatcher_type': 'flex',
     'model.overlap_moe_expert_parallel_comm': False,
+    'model.moe_latent_size': None,
+    'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'model.moe_flex_dispatcher_backend': 'deepep',
     'train.micro_batch_size': 1,
     'train.global_batch_size': 4096,
@@ -67,6 +70,11 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
+    'optimizer.use_precision_aware_optimizer': False,
+    'optimizer.main_grads_dtype': torch.float32,
+    'optimizer.main_params_dtype': torch.float32,
+    'optimizer.exp_avg_dtype': torch.float32,
+    'optimizer.exp_avg_sq_dtype': torch.float32,
     'checkpoint.save_interval': 318,
 }
 MIXED_PRECISION = 'bf16_mixed'

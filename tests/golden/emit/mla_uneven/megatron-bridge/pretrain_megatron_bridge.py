@@ -50,7 +50,6 @@ OVERRIDES = {
     'model.moe_router_topk': 8,
     'model.moe_ffn_hidden_size': 2048,
     'model.moe_shared_expert_intermediate_size': 2048,
-    'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'model.moe_router_score_function': 'sigmoid',
     'model.moe_router_enable_expert_bias': True,
     'model.moe_router_num_groups': 8,
@@ -58,6 +57,8 @@ OVERRIDES = {
     'model.moe_router_topk_scaling_factor': 2.5,
     'model.moe_token_dispatcher_type': 'alltoall',
     'model.overlap_moe_expert_parallel_comm': False,
+    'model.moe_latent_size': None,
+    'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'train.micro_batch_size': 1,
     'train.global_batch_size': 4096,
     'train.train_iters': 1000,
@@ -68,6 +69,11 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
+    'optimizer.use_precision_aware_optimizer': False,
+    'optimizer.main_grads_dtype': torch.float32,
+    'optimizer.main_params_dtype': torch.float32,
+    'optimizer.exp_avg_dtype': torch.float32,
+    'optimizer.exp_avg_sq_dtype': torch.float32,
     'checkpoint.save_interval': 318,
 }
 MIXED_PRECISION = 'bf16_mixed'

@@ -51,6 +51,11 @@ OVERRIDES = {
     'ddp.overlap_param_gather': True,
     'ddp.use_megatron_fsdp': False,
     'dist.use_tp_pp_dp_mapping': False,
+    'optimizer.use_precision_aware_optimizer': False,
+    'optimizer.main_grads_dtype': torch.float32,
+    'optimizer.main_params_dtype': torch.float32,
+    'optimizer.exp_avg_dtype': torch.float32,
+    'optimizer.exp_avg_sq_dtype': torch.float32,
     'checkpoint.save_interval': 3269,
 }
 MIXED_PRECISION = 'bf16_mixed'
