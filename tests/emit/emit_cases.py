@@ -85,4 +85,7 @@ GOLDEN_CASES = {
     # the same model without virtual stages, which Megatron-Bridge's HybridModelProvider also builds
     "hybrid_latent_moe_pp": ("nemotron-3-super-120b-a12b", "dgx-h100", 128, 8192, 256,
                              "tp=2,sp=on,pp=4,ep=16,etp=1,zero=1,recompute=full", "bf16", FP32_REDUCE),
+    # Nemotron 3 Nano (Mamba-2 + MoE, its recipe builds the provider itself) and Nemotron-H 56B on pp 2
+    "hybrid_moe_nano": ("nemotron-3-nano-30b-a3b", "dgx-h100", 16, 8192, 128, "tp=1,pp=1,ep=8,zero=1,recompute=selective", "bf16", FP32_REDUCE),
+    "hybrid_mamba_pp": ("nemotron-h-56b", "dgx-h100", 64, 8192, 128, "tp=8,sp=on,pp=2,zero=1,recompute=full", "bf16", FP32_REDUCE),
 }
