@@ -94,7 +94,7 @@ def bounds(model: ModelSpec, pp: int) -> tuple[list[int], list[int]]:
     n, k = model.num_layers, dense_prefix(model)
     lo = [0] + [1] * (pp - 2) + [0]
     lo[0] = max(lo[0], k)  # the dense prefix in the first virtual stage (autopar.cost.stages.rank_chunks)
-    cap = min(n, max(math.ceil(CAP_FACTOR * n / pp), max(balanced_layout(n, pp, 1, model.mtp_num_layers).rank_decoders())))
+    cap = min(n, max(math.ceil(CAP_FACTOR * n / pp), max(balanced_layout(n, pp, 1, model.mtp_num_layers, model.mtp_layout_units).rank_decoders())))
     return lo, [cap] * pp
 
 
@@ -199,7 +199,7 @@ def stage_plan(sc: StageCore, layers: list[int], recomputed: list[int], model: M
     fields = sc.core.model_dump()
     fields.update(vpp=sc.vpp, schedule=sc.schedule)
     n, mtp = model.num_layers, model.mtp_num_layers
-    balanced = balanced_layout(n, len(layers), sc.vpp, mtp)
+    balanced = balanced_layout(n, len(layers), sc.vpp, mtp, model.mtp_layout_units)
     k = dense_prefix(model)
     if balanced.rank_decoders() != list(layers) or (k and balanced.decoders[0] < k):
         fields["layout"] = rank_layout(list(layers), sc.vpp, mtp, k).text()
@@ -248,7 +248,7 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
 def outside_bounds(model: ModelSpec, sc: StageCore) -> str:
     """Why the balanced split of the core is not in the per-stage domain ('' when it is)."""
     lo, hi = bounds(model, sc.core.pp)
-    layout = balanced_layout(model.num_layers, sc.core.pp, sc.vpp, model.mtp_num_layers)
+    layout = balanced_layout(model.num_layers, sc.core.pp, sc.vpp, model.mtp_num_layers, model.mtp_layout_units)
     k = dense_prefix(model)
     if k and layout.decoders[0] < k:
         return f"its first virtual stage holds {layout.decoders[0]} of the {k} dense layers"

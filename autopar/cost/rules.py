@@ -33,14 +33,14 @@ class Rule:
 def _layout_broken(model: ModelSpec, tab: PlanTable) -> np.ndarray:
     """The plan's pipeline layout holds the model's layers (any vpp; autopar.specs.layout)."""
     out = np.zeros(len(tab), dtype=bool)
-    for rows, layout in layout_groups(tab, model.num_layers, model.mtp_num_layers):
+    for rows, layout in layout_groups(tab, model):
         out[rows] = isinstance(layout, str)
     return out
 
 
 def _layout_message(model: ModelSpec, row: dict) -> str:
     one = PlanTable(**{k: np.asarray([v]) for k, v in row.items()})
-    found = layout_groups(one, model.num_layers, model.mtp_num_layers)[0][1]
+    found = layout_groups(one, model)[0][1]
     return found if isinstance(found, str) else "layout is legal"
 
 

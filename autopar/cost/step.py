@@ -121,7 +121,7 @@ def evaluate(batch: Batch, per_stage: bool = True) -> StepResult:
     per_kind = _layer_parts_by_config(batch, kinds)
     n = len(t)
     p_max = int(t.pp.max()) if n else 1
-    groups = layout_groups(t, batch.model.num_layers, batch.model.mtp_num_layers)
+    groups = layout_groups(t, batch.model)
     for rows, layout in groups:
         if isinstance(layout, str):
             raise InputError("plan.layout", batch.tab.plan(int(rows[0])).text(), layout)

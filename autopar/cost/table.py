@@ -4,13 +4,16 @@ evaluate them together; Plan <-> row conversion."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
 from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout, check_layout
 from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, OffloadModule, Plan, RankOrder, Recompute, RecomputeModule, Schedule, resolve_layout
+
+if TYPE_CHECKING:
+    from autopar.specs.model import ModelSpec
 
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
@@ -151,9 +154,10 @@ def selective_modules(tab: PlanTable, per_op: bool) -> np.ndarray:
     return np.where(tab.recompute != RECOMPUTE.index(Recompute.selective), NONE, np.where(tab.rc_modules != NONE, tab.rc_modules, default))
 
 
-def layout_groups(tab: PlanTable, num_layers: int, mtp_layers: int) -> list[tuple[np.ndarray, "PipelineLayout | str"]]:
+def layout_groups(tab: PlanTable, model: ModelSpec) -> list[tuple[np.ndarray, "PipelineLayout | str"]]:
     """Rows of the table grouped by pipeline layout: (rows, layout), or (rows, the rule the
     layout breaks) when the plan fields describe no legal layout for the model."""
+    num_layers, mtp_layers = model.num_layers, model.mtp_num_layers
     cols = (tab.pp, tab.vpp, tab.first, tab.last, tab.layout)
     firsts, group_of = row_groups(*cols)
     order = np.argsort(group_of, kind="stable")
@@ -164,7 +168,7 @@ def layout_groups(tab: PlanTable, num_layers: int, mtp_layers: int) -> list[tupl
         rows = order[bounds[g]:bounds[g + 1]]
         try:
             layout = resolve_layout(num_layers, pp, vpp, None if first == NONE else first, None if last == NONE else last,
-                                    interned(code), mtp_layers)
+                                    interned(code), mtp_layers, model.mtp_layout_units)
             broken = check_layout(layout, num_layers, mtp_layers)
         except InputError as exc:
             broken = exc.rule

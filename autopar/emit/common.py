@@ -178,7 +178,7 @@ def canonical_plan(plan: Plan, model: ModelSpec, num_gpus: int) -> Plan:
     dp = plan.data_parallel(num_gpus)
     # the layers of every virtual stage, written as a layout string: one form for first/last
     # counts, balanced defaults and explicit layouts alike
-    layout = plan.pipeline_layout(model.num_layers, model.mtp_num_layers).text() if plan.pp > 1 else None
+    layout = plan.model_layout(model).text() if plan.pp > 1 else None
     shard = plan.zero_shard_size if plan.zero_shard_size not in (None, dp * plan.cp) else None
     update = {
         "dp": dp,

@@ -82,7 +82,7 @@ def _layout_flags(job: EmitJob) -> list[Group]:
     """First/last stage flags and --num-virtual-stages-per-pipeline-rank when they build the
     plan's layout; otherwise the layout string itself."""
     plan, model = job.plan, job.model
-    layout = plan.pipeline_layout(model.num_layers, model.mtp_num_layers)
+    layout = plan.model_layout(model)
     stages = layout.rank_decoders()
     try:
         ends = uneven_first_last(stages)
@@ -265,7 +265,7 @@ def check_megatron(job: EmitJob) -> Rules:
         rules.check(n % job.plan.vpp == 0, "recompute-num-layers per model chunk",
                     f"block recompute counts layers per virtual stage: recompute_num_layers({n}) must divide by vpp({job.plan.vpp})")
     if m.hybrid_layer_pattern is not None and m.mtp_num_layers:
-        mtp = job.plan.pipeline_layout(m.num_layers, m.mtp_num_layers).mtp
+        mtp = job.plan.model_layout(m).mtp
         rules.check(mtp[-1] == m.mtp_num_layers, "a hybrid model's MTP modules run on the last pipeline stage",
                     f"the layout places MTP layers on virtual stages {[j for j, k in enumerate(mtp) if k]}; "
                     "--hybrid-layer-pattern puts its '/' segments after the last stage's layers",

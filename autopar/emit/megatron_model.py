@@ -68,7 +68,7 @@ def hybrid_stage_pattern(job: EmitJob) -> str:
     if plan.pp == 1:
         return text
     parts, start = [], 0
-    for n in plan.pipeline_layout(m.num_layers, m.mtp_num_layers).decoders:
+    for n in plan.model_layout(m).decoders:
         parts.append(text[start:start + n])
         start += n
     return "|".join(parts)

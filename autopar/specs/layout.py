@@ -136,11 +136,12 @@ def _spread(units: int, stages: int) -> list[int]:
 
 
 @lru_cache(maxsize=4096)
-def balanced_layout(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0) -> PipelineLayout:
+def balanced_layout(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0, mtp_units: int = 2) -> PipelineLayout:
     """The default split over pp x vpp virtual stages: the same layers per rank for every vpp,
     each rank's layers over its vpp chunks as evenly as possible. Ranks split evenly when pp
     divides the layers (and the model has no MTP); otherwise embedding and loss count as one
-    layer each and an MTP layer as two (its block and its own output layer): the units are
+    layer each and an MTP layer as mtp_units (its blocks and its own output layer: 2 for a
+    transformer layer, ModelSpec.mtp_layout_units): the units are
     spread over the ranks from the middle outwards, and the first rank's first chunk and the
     last rank's last chunk give back the embedding's and the loss's units. LLaMA-3 405B's 126
     layers on 16 stages run as 7 + 14 x 8 + 7 (Dubey et al. 2024, section 3.3.2), with any vpp."""
@@ -150,8 +151,8 @@ def balanced_layout(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0)
         return PipelineLayout(pp, tuple(per_rank[j % pp][j // pp] for j in range(stages)), (0,) * stages)
     overhead = [0] * pp  # units on a rank that are not decoder layers
     overhead[0] += 1
-    overhead[-1] += 1 + 2 * mtp_layers
-    units = _spread(num_layers + 2 + 2 * mtp_layers, pp)
+    overhead[-1] += 1 + mtp_units * mtp_layers
+    units = _spread(num_layers + 2 + mtp_units * mtp_layers, pp)
     decoders = [u - o for u, o in zip(units, overhead)]
     for r in range(pp - 1, 0, -1):  # a rank short of its overhead takes layers from the rank before
         if decoders[r] < 0:

@@ -346,6 +346,12 @@ class ModelSpec(StrictModel):
             return [self.num_layers - 1]
         return [self.hybrid_layer_pattern.index(letter) for letter in blocks]
 
+    @property
+    def mtp_layout_units(self) -> int:
+        """What one MTP module weighs in the balanced pipeline split, in decoder layers: its blocks
+        plus its own output layer (2 for a transformer layer; 3 for Nemotron 3 Super's '*E')."""
+        return len(self.mtp_block_indices()) + 1
+
     def has_mixer(self, index: int) -> bool:
         """Layer `index` has a token mixer (attention, linear attention or Mamba): every layer of
         a transformer; the M and * layers of a hybrid pattern."""

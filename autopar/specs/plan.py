@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError
 from autopar.specs._base import StrictModel
 from autopar.specs.layout import PipelineLayout, balanced_layout, first_last_layout, parse_layout
+
+if TYPE_CHECKING:
+    from autopar.specs.model import ModelSpec
 
 
 class Recompute(str, Enum):
@@ -292,10 +295,15 @@ class Plan(StrictModel):
             raise InputError("plan", self.text(), f"tp({self.tp}) * cp({self.cp}) * pp({self.pp}) * dp({self.dp}) = {model_parallel * self.dp} != GPUs({num_gpus})")
         return dp
 
-    def pipeline_layout(self, num_layers: int, mtp_layers: int = 0) -> PipelineLayout:
+    def pipeline_layout(self, num_layers: int, mtp_layers: int = 0, mtp_units: int = 2) -> PipelineLayout:
         """Layers of every virtual stage: the explicit layout; or first/last counts with the rest
         split evenly over the middle stages; or the balanced split (autopar.specs.layout)."""
-        return resolve_layout(num_layers, self.pp, self.vpp, self.first_stage_layers, self.last_stage_layers, self.layout, mtp_layers)
+        return resolve_layout(num_layers, self.pp, self.vpp, self.first_stage_layers, self.last_stage_layers, self.layout, mtp_layers,
+                              mtp_units)
+
+    def model_layout(self, model: ModelSpec) -> PipelineLayout:
+        """pipeline_layout for this model's layers and MTP modules."""
+        return self.pipeline_layout(model.num_layers, model.mtp_num_layers, model.mtp_layout_units)
 
     def layers_per_stage(self, num_layers: int, mtp_layers: int = 0) -> list[int]:
         """Decoder layers on each pipeline rank (all its virtual stages)."""
@@ -340,7 +348,7 @@ class Plan(StrictModel):
 
 
 def resolve_layout(num_layers: int, pp: int, vpp: int = 1, first: int | None = None, last: int | None = None,
-                   layout: str | None = None, mtp_layers: int = 0) -> PipelineLayout:
+                   layout: str | None = None, mtp_layers: int = 0, mtp_units: int = 2) -> PipelineLayout:
     """The pipeline layout a plan's fields describe (see Plan.pipeline_layout)."""
     if pp > num_layers + 2 + mtp_layers:
         raise InputError("plan.pp", pp, f"more pipeline stages than num_layers={num_layers} (+ embedding and loss)")
@@ -348,7 +356,7 @@ def resolve_layout(num_layers: int, pp: int, vpp: int = 1, first: int | None = N
         return parse_layout(layout, pp)
     if first is not None or last is not None:
         return first_last_layout(num_layers, pp, vpp, first, last, mtp_layers)
-    return balanced_layout(num_layers, pp, vpp, mtp_layers)
+    return balanced_layout(num_layers, pp, vpp, mtp_layers, mtp_units)
 
 
 def stage_layout(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:

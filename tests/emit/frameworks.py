@@ -23,7 +23,7 @@ MOE_KEYS = ("ep", "etp", "dispatcher", "experts", "topk", "router_score", "route
 def recomputed_per_rank(job: EmitJob) -> list[int]:
     """Layers each pipeline rank recomputes in full (0 without full recompute)."""
     plan, model = job.plan, job.model
-    ranks = plan.pipeline_layout(model.num_layers, model.mtp_num_layers).rank_decoders()
+    ranks = plan.model_layout(model).rank_decoders()
     if plan.recompute != Recompute.full:
         return [0] * plan.pp
     if plan.stage_recompute_layers is not None:
@@ -39,7 +39,7 @@ def planned(job: EmitJob) -> dict:
     out = {
         "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "dp": job.dp, "vpp": plan.vpp, "mbs": plan.mbs,
         "gbs": t.global_batch_size, "microbatches": job.num_microbatches,
-        "rank_layers": plan.pipeline_layout(model.num_layers, model.mtp_num_layers).rank_decoders(),
+        "rank_layers": plan.model_layout(model).rank_decoders(),
         "precision": t.precision.value, "reduce_fp32": t.grad_reduce_bytes_per_param >= 4,
         "recompute": plan.recompute.value, "recompute_layers": recomputed_per_rank(job),
         "schedule": plan.pipeline_schedule.value, "zero": plan.zero,

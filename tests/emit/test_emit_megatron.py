@@ -237,7 +237,7 @@ def test_hybrid_pattern_carries_the_stages_and_mtp():
     pattern = argv[argv.index("--hybrid-layer-pattern") + 1]
     main, mtp = pattern.split("/")
     segments = main.split("|")
-    layout = job.plan.pipeline_layout(88, 1)
+    layout = job.plan.model_layout(job.model)
     assert [len(s) for s in segments] == list(layout.decoders) and len(segments) == 8
     assert "".join(segments) == job.model.hybrid_layer_pattern and mtp == "*E"
     # the pattern is the layout: no --num-layers, VPP or layout flags (arguments.py asserts them away)

@@ -194,15 +194,16 @@ def test_bridge_sets_offload_modules():
 def test_bridge_hybrid_model_overrides():
     """Nemotron 3 Super on pp 4 (HybridModelProvider, megatron/bridge/models/hybrid/hybrid_provider.py):
     the main pattern carries the stages as '|' segments (the balanced split, autopar.specs.layout:
-    88 layers + embedding + loss + 2 units for the MTP module = 92 = 4 x 23, less the embedding on
-    the first stage and loss + MTP on the last: 22, 23, 23, 20), the MTP module's '*E' goes
+    88 layers + embedding + loss + 3 units for the '*E' MTP module and its output layer = 93 =
+    23, 24, 23, 23 from the middle out, less the embedding on the first stage and loss + MTP on the
+    last: 22, 24, 23, 19), the MTP module's '*E' goes
     to mtp_hybrid_override_pattern, which finalize() appends once per MTP layer with repetition off;
     the recipe's deprecated hybrid_override_pattern is cleared (it may not be set beside the pattern);
     no layout fields and no moe_layer_freq (the E letters are the MoE layers)."""
     job = make_job(*GOLDEN_CASES["hybrid_latent_moe_pp"])
     o = bridge_overrides(job)
     segments = o["model.hybrid_layer_pattern"].split("|")
-    assert [len(s) for s in segments] == [22, 23, 23, 20]
+    assert [len(s) for s in segments] == [22, 24, 23, 19]
     assert "".join(segments) == job.model.hybrid_layer_pattern and "/" not in o["model.hybrid_layer_pattern"]
     assert o["model.mtp_hybrid_override_pattern"] == "*E" and o["model.mtp_use_repeated_layer"] is False
     assert o["model.mtp_num_layers"] == 1 and o["model.hybrid_override_pattern"] is None

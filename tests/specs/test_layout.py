@@ -54,6 +54,18 @@ def test_deepseek_v3_balanced_with_mtp_on_4x4():
     assert sum(lay.decoders) == 61
 
 
+def test_hybrid_mtp_module_weighs_its_blocks():
+    # Nemotron 3 Super: 88 one-block layers and an MTP module of two blocks ('*E') plus its output
+    # layer, 3 units (ModelSpec.mtp_layout_units); 88 + E + L + 3 = 93 over 4 ranks: 23 each and the
+    # extra unit in the middle (rank 1) -> 23, 24, 23, 23, less E on rank 0 and L + 3 on rank 3
+    super_, dsv3 = load_model("nemotron-3-super-120b-a12b"), load_model("deepseek-v3")
+    assert (super_.mtp_layout_units, dsv3.mtp_layout_units) == (3, 2)
+    lay = balanced_layout(88, 4, 1, mtp_layers=1, mtp_units=super_.mtp_layout_units)
+    assert lay.rank_decoders() == [22, 24, 23, 19] and lay.rank_mtp() == [0, 0, 0, 1]
+    # as a transformer layer (2 units) it would leave the last rank one block heavier: 22, 23, 23, 20
+    assert balanced_layout(88, 4, 1, mtp_layers=1).rank_decoders() == [22, 23, 23, 20]
+
+
 def test_first_last_and_account_flags():
     assert first_last_layout(30, 4, 1, 5, 5).rank_decoders() == [5, 10, 10, 5]
     # Megatron --account-for-embedding/loss-in-pipeline-split: 126 + 2 = 128 over 16 x 2 virtual

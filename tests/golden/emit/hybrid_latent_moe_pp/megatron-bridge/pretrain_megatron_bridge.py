@@ -44,7 +44,7 @@ OVERRIDES = {
     'model.kv_channels': 128,
     'model.mtp_num_layers': 1,
     'model.hybrid_override_pattern': None,
-    'model.hybrid_layer_pattern': 'MEMEMEM*EMEMEMEM*EMEME|MEM*EMEMEMEMEM*EMEMEMEM|EM*EMEMEMEMEM*EMEMEMEME|M*EMEMEMEM*EMEMEMEME',
+    'model.hybrid_layer_pattern': 'MEMEMEM*EMEMEMEM*EMEME|MEM*EMEMEMEMEM*EMEMEMEME|M*EMEMEMEMEM*EMEMEMEMEM|*EMEMEMEM*EMEMEMEME',
     'model.mtp_hybrid_override_pattern': '*E',
     'model.mtp_use_repeated_layer': False,
     'model.mamba_num_heads': 128,

@@ -48,7 +48,7 @@ MEGATRON_ARGS=(
   --overlap-grad-reduce
   --overlap-param-gather
   # model shape
-  --hybrid-layer-pattern 'MEMEMEM*EMEMEMEM*EMEME|MEM*EMEMEMEMEM*EMEMEMEM|EM*EMEMEMEMEM*EMEMEMEME|M*EMEMEMEM*EMEMEMEME/*E'
+  --hybrid-layer-pattern 'MEMEMEM*EMEMEMEM*EMEME|MEM*EMEMEMEMEM*EMEMEMEME|M*EMEMEMEMEM*EMEMEMEMEM|*EMEMEMEM*EMEMEMEME/*E'
   --mamba-num-heads 128
   --mamba-head-dim 64
   --mamba-state-dim 128

@@ -48,7 +48,7 @@ MEGATRON_ARGS=(
   --overlap-grad-reduce
   --overlap-param-gather
   # model shape
-  --hybrid-layer-pattern 'MEMEMEM*EME|MEMEM*EMEMEM|EM*EMEMEMEME|M*EMEMEMEMEM|*EMEMEMEMEM|*EMEMEMEMEM|*EMEMEMEM*E|MEMEMEME/*E'
+  --hybrid-layer-pattern 'MEMEMEM*EME|MEMEM*EMEMEM|EM*EMEMEMEME|M*EMEMEMEMEM|*EMEMEMEMEM|*EMEMEMEMEM*|EMEMEMEM*EM|EMEMEME/*E'
   --mamba-num-heads 128
   --mamba-head-dim 64
   --mamba-state-dim 128
