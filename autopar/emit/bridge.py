@@ -181,7 +181,7 @@ def bridge_overrides(job: EmitJob) -> dict:
         "dist.use_tp_pp_dp_mapping": plan.order.value == "tp-cp-ep-pp-dp",
     })
     dtypes = OPTIMIZER_DTYPES.get(t.optimizer_bytes_per_param)
-    if dtypes is not None:  # validate_bridge refuses the other sizes
+    if dtypes is not None:  # check_bridge refuses the other sizes
         main, moments = dtypes
         o.update({"optimizer.use_precision_aware_optimizer": dtypes != ("float32", "float32"),
                   "optimizer.main_grads_dtype": "torch.float32",  # the only one without the precision-aware optimizer
