@@ -17,7 +17,7 @@ HELPER = "autopar_deepspeed.py"
 def partition_bounds(job: EmitJob) -> list[int]:
     """PipelineModule.parts for the plan: layer specs are [embedding, decoder 0..L-1, head]; stage
     s holds parts[s]:parts[s+1]; the embedding joins the first stage, the head the last."""
-    ranks = job.plan.layers_per_stage(job.model.num_layers, job.model.mtp_num_layers)
+    ranks = job.plan.model_layout(job.model).rank_decoders()
     bounds = [0]
     for s, n in enumerate(ranks):
         bounds.append(bounds[-1] + n + (1 if s == 0 else 0) + (1 if s == len(ranks) - 1 else 0))

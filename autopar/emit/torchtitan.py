@@ -70,8 +70,8 @@ def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
     """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) giving the plan's
     stage layers: torchtitan splits L + first_less + last_less evenly over pp*vpp virtual stages
     and takes first_less/last_less off the first/last virtual stage."""
-    plan, layers = job.plan, job.model.num_layers
-    stages, vpp = plan.layers_per_stage(layers, job.model.mtp_num_layers), plan.vpp
+    plan = job.plan
+    stages, vpp = plan.model_layout(job.model).rank_decoders(), plan.vpp
     middle = stages[1:-1] or [max(stages)]
     k = max(middle)
     ok = len(set(middle)) == 1 and k % vpp == 0 and stages[0] <= k and stages[-1] <= k

@@ -305,9 +305,10 @@ class Plan(StrictModel):
         """pipeline_layout for this model's layers and MTP modules."""
         return self.pipeline_layout(model.num_layers, model.mtp_num_layers, model.mtp_layout_units)
 
-    def layers_per_stage(self, num_layers: int, mtp_layers: int = 0) -> list[int]:
-        """Decoder layers on each pipeline rank (all its virtual stages)."""
-        return self.pipeline_layout(num_layers, mtp_layers).rank_decoders()
+    def layers_per_stage(self, num_layers: int) -> list[int]:
+        """Decoder layers on each pipeline rank (all its virtual stages) of a model without MTP
+        modules (model_layout counts them)."""
+        return self.pipeline_layout(num_layers).rank_decoders()
 
     def text(self) -> str:
         """The canonical text form (non-default and structural keys)."""
