@@ -22,15 +22,15 @@ def _markdown(reports: dict[str, dict]) -> str:
     lines = ["# Validation against published runs", "",
              f"Regenerate: `autopar validate {' '.join(REPORT_RUNS)} --report-dir {REPORT_DIR} --families {FAMILIES_FILE}` "
              "(or `python -m autopar.cli.reports`)", "",
-             "| file | modelled MAPE | all rows MAPE | rows | not modelled | skipped | Kendall tau | pairs ordered right |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| file | modelled MAPE | all rows MAPE | rows | not modelled | skipped | Kendall tau | pairs ordered right | predicted equal |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, rep in reports.items():
         s = rep["summary"]
         ra = s.get("rank_agreement", {}).get("pooled", {})
         tau = f"{ra['kendall_tau']:.2f}" if ra.get("kendall_tau") is not None else "-"
         right = f"{100 * ra['ordered_right']:.0f}% of {ra['pairs']}" if ra.get("ordered_right") is not None else "-"
         lines.append(f"| {name} | {100 * (s['overall_mape'] or 0):.1f}% | {100 * (s['all_rows_mape'] or 0):.1f}% | {s['num_rows']} | "
-                     f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} |")
+                     f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} | {ra.get('tied', '-')} |")
     for title, key in (("source group", "by_group"), ("family", "by_family"), ("stack", "by_stack")):
         lines += ["", f"## By {title}", "", "| file | " + title + " | MAPE | rows | mean signed error |", "| --- | --- | ---: | ---: | ---: |"]
         for name, rep in reports.items():

@@ -34,30 +34,36 @@ def rank_key(row: dict[str, Any]) -> tuple:
 
 
 def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[str, Any]:
-    """Kendall tau (tau-a over pairs with different measurements) and the share of pairs the
-    model orders as measured, per group of layout variants and pooled."""
+    """Kendall tau-a over the pairs with different measurements, per group of layout variants
+    and pooled: (concordant - discordant) / pairs, a pair the model predicts equal (rows that
+    differ only in what the model does not take, e.g. a software date) counting 0; and the share
+    of pairs the model orders as measured (a tie is not ordered right)."""
     groups: dict[tuple, list[RowResult]] = {}
     for row, res in zip(raw, results):
         if res.error is not None and not res.not_modelled:
             groups.setdefault(rank_key(row), []).append(res)
-    out_groups, right, wrong = [], 0, 0
+    out_groups, right, wrong, tied = [], 0, 0, 0
     for key, members in groups.items():
-        c = d = 0
+        c = d = ties = 0
         for a, b in itertools.combinations(members, 2):
             measured = a.measured_tokens_per_second_per_gpu - b.measured_tokens_per_second_per_gpu
             predicted = a.predicted_tokens_per_second_per_gpu - b.predicted_tokens_per_second_per_gpu
             if measured == 0:
                 continue
-            if measured * predicted > 0:
+            if predicted == 0:
+                ties += 1
+            elif measured * predicted > 0:
                 c += 1
             else:
                 d += 1
-        if c + d:
+        n = c + d + ties
+        if n:
             out_groups.append({"group": " | ".join(str(k) for k in key), "rows": [m.id for m in members],
-                               "pairs": c + d, "kendall_tau": (c - d) / (c + d), "ordered_right": c / (c + d)})
-            right, wrong = right + c, wrong + d
-    pooled = {"pairs": right + wrong, "kendall_tau": (right - wrong) / (right + wrong) if right + wrong else None,
-              "ordered_right": right / (right + wrong) if right + wrong else None}
+                               "pairs": n, "tied": ties, "kendall_tau": (c - d) / n, "ordered_right": c / n})
+            right, wrong, tied = right + c, wrong + d, tied + ties
+    n = right + wrong + tied
+    pooled = {"pairs": n, "tied": tied, "kendall_tau": (right - wrong) / n if n else None,
+              "ordered_right": right / n if n else None}
     return {"pooled": pooled, "groups": out_groups}
 
 
@@ -117,5 +123,5 @@ def render(report: dict[str, Any]) -> str:
     if ra and ra["pooled"]["pairs"]:
         p = ra["pooled"]
         lines.append(f"  rank agreement: Kendall tau {p['kendall_tau']:.2f}, {100 * p['ordered_right']:.0f}% of {p['pairs']} pairs "
-                     f"ordered right ({len(ra['groups'])} groups of layout variants)")
+                     f"ordered right, {p['tied']} predicted equal ({len(ra['groups'])} groups of layout variants)")
     return "\n".join(lines)

@@ -66,6 +66,14 @@ def test_kendall_tau_by_hand():
                      predicted_tokens_per_second_per_gpu=p, error=p / m - 1) for i, m, p in (("a", 1, 1), ("b", 2, 3), ("c", 3, 2))]
     pooled = rank_agreement(raw, res)["pooled"]
     assert pooled["pairs"] == 3 and pooled["kendall_tau"] == pytest.approx(1 / 3) and pooled["ordered_right"] == pytest.approx(2 / 3)
+    # tau-a: a pair predicted equal (d: measured 4, predicted 3 like b) counts 0, not -1. Pairs:
+    # (a,b) (a,c) (a,d) (c,d) right, (b,c) wrong, (b,d) tied -> (4 - 1) / 6, four sixths right
+    raw.append(dict(BASE, id="d"))
+    res.append(RowResult(id="d", source_group="g", model_name="m", num_gpus=64, measured_tokens_per_second_per_gpu=4,
+                         predicted_tokens_per_second_per_gpu=3, error=3 / 4 - 1))
+    pooled = rank_agreement(raw, res)["pooled"]
+    assert (pooled["pairs"], pooled["tied"]) == (6, 1)
+    assert pooled["kendall_tau"] == pytest.approx(3 / 6) and pooled["ordered_right"] == pytest.approx(4 / 6)
 
 
 def test_torchtitan_selective_layer_is_every_other_block_whole():
