@@ -390,13 +390,13 @@ def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
     }
 
 
-def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, linear_layer: bool) -> dict[str, np.ndarray]:
+def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, no_softmax: bool) -> dict[str, np.ndarray]:
     zero = np.zeros_like(f["gemm"])
     # core_attn names the softmax attention's core: a layer without one (Gated DeltaNet, Mamba-2,
     # a hybrid MLP layer) reruns nothing for it (and saves nothing: memory.module_dropped_bytes)
-    core = zero if linear_layer else f["attn"] + f["cp"] + f["cp_merge"]
+    core = zero if no_softmax else f["attn"] + f["cp"] + f["cp_merge"]
     return {
-        "rc_core_attn": core, "rcf_core_attn": zero + (0.0 if linear_layer else f["attn_flops_counted"]),
+        "rc_core_attn": core, "rcf_core_attn": zero + (0.0 if no_softmax else f["attn_flops_counted"]),
         "rc_layernorm": f["norm_elem"], "rcf_layernorm": zero,
         "rc_mlp": zero if moe_layer else f["gemm_mlp"] + f["act_elem"], "rcf_mlp": zero + (0.0 if moe_layer else f["flops_mlp"]),
         "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),
