@@ -61,10 +61,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     elif linear:  # Gated DeltaNet: memory-bound chunked kernels, whatever the stack's attention kernel
         out["attn"], out["attn_bwd"] = linear_attention_seconds(batch)
     elif tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
-        peak = batch.cluster.gpu.peak_flops_per_second("bf16")
-        e_fwd, e_bwd = prm.attention.efficiency(batch.stack.kernel(batch.cluster.gpu.architecture), batch.cluster.gpu.architecture)
-        out["attn"] = out["attn_flops"] / (peak * e_fwd)
-        out["attn_bwd"] = 2.5 * out["attn_flops"] / (peak * e_bwd)
+        out["attn"], out["attn_bwd"] = flash_attention_seconds(batch, index, out["attn_flops"])
     else:  # batched GEMMs over the whole score matrix plus a memory-bound softmax
         per_head = 2 * gemm_time(batch, T, tr.seq_len, m.head_size, "bf16")
         scores = m.num_attention_heads / t.tp * T * tr.seq_len
@@ -292,6 +289,47 @@ def mamba_seconds(batch: Batch, flops: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.maximum(batch.hbm_seconds(moved(0)), flops / peak), np.maximum(batch.hbm_seconds(moved(1)), 2 * flops / peak)
 
 
+def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of the stack's fused attention kernel on `flops` forward
+    FLOPs (causal count; backward work 2.5x). Its efficiency is the kernel's long-call figure
+    scaled by the keys each call streams per query and the causal mask (profiles/cost/defaults.yaml
+    attention.length_curves, FA3 paper Fig. 5-6). Without CP, or with Ulysses (whole sequences
+    per head group), one causal call over the sequence. Ring CP with load balancing (Transformer
+    Engine's AttnFuncWithCPAndKVP2P; PyTorch's _templated_ring_attention) holds two chunks of
+    c = S / 2cp per rank: the first step is one causal call over the local 2c tokens, every later
+    step a non-causal call of the same work (1/cp each), half with all 2c queries against an
+    earlier rank's first chunk (c keys), half with the second chunk's c queries against a later
+    rank's 2c keys. A sliding-window layer's calls stream at most the window."""
+    m, t, tr = batch.model, batch.tab, batch.training
+    arch = batch.cluster.gpu.architecture
+    kernel = batch.stack.kernel(arch)
+    e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch)
+    curve = batch.params.attention.length_curve(kernel)
+    peak = batch.cluster.gpu.peak_flops_per_second("bf16")
+    window = m.attention_window if m.is_local_attention_layer(index) else tr.seq_len
+    cp = np.where(ring_context_parallel(batch), t.cp, 1)
+    local = np.minimum(tr.seq_len / cp, window)  # the causal call's keys: the whole sequence, or a rank's 2c
+
+    def seconds_per_flop(keys, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+        fwd, bwd = curve.relative(keys, causal)
+        return 1.0 / (peak * e_fwd * fwd), 2.5 / (peak * e_bwd * bwd)
+
+    diag_f, diag_b = seconds_per_flop(local, True)
+    short_f, short_b = seconds_per_flop(np.minimum(local / 2, window), False)
+    long_f, long_b = seconds_per_flop(local, False)
+    later = (cp - 1) / cp
+    fwd = diag_f / cp + later * (short_f + long_f) / 2
+    bwd = diag_b / cp + later * (short_b + long_b) / 2
+    return flops * fwd, flops * bwd
+
+
+def ring_context_parallel(batch: Batch) -> np.ndarray:
+    """Whether each plan's CP passes K, V around a ring (ring, or hybrid across nodes) rather
+    than running Ulysses' AllToAll."""
+    t = batch.tab
+    return (t.cp_algo == RING) | ((t.cp_algo == HYBRID) & (batch.group("cp").nodes > 1))
+
+
 def cp_comm_seconds(batch: Batch) -> np.ndarray:
     """Forward CP traffic of one layer (seed 000 'Параллелизм по контексту: Ring Attention
     против Ulysses'): ring passes the local K, V chunk cp - 1 times; Ulysses runs two AllToAll
@@ -301,7 +339,7 @@ def cp_comm_seconds(batch: Batch) -> np.ndarray:
     ring = (t.cp - 1) * batch.collective(Collective.send_recv, attention_kv_bytes(batch), batch.neighbour(group))
     out = B * query_elements(batch)
     ulysses = batch.collective(Collective.all_to_all, qkv_bytes(batch), group) + batch.collective(Collective.all_to_all, out, group)
-    use_ring = (t.cp_algo == RING) | ((t.cp_algo == HYBRID) & (group.nodes > 1))
+    use_ring = ring_context_parallel(batch)
     return np.where(t.cp > 1, np.where(use_ring, ring, ulysses), 0.0), use_ring
 
 

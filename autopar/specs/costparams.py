@@ -8,7 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+import numpy as np
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError
 from autopar.specs._base import StrictModel
@@ -85,9 +86,44 @@ class MambaBytes(_RecurrentMixerBytes):
     chunk_matrix_fp32: tuple[float, float] = Field(description="Passes over the fp32 C^T B chunk matrix, chunk_tokens elements each")
 
 
+class AttentionLengthCurve(_Strict):
+    """One fused attention kernel's measured TFLOP/s against the keys each call streams per query
+    (a fixed total of tokens per call, so only the per-query loop length varies), without and with
+    the causal mask. The causal backward is taken at the forward's causal / non-causal ratio."""
+
+    keys: list[int] = Field(min_length=2, description="Keys per query of each measurement, ascending")
+    forward: list[float] = Field(description="Forward TFLOP/s without a mask, one per keys value")
+    forward_causal: list[float] = Field(description="Forward TFLOP/s with the causal mask (causal FLOPs counted)")
+    backward: list[float] = Field(description="Backward TFLOP/s without a mask")
+
+    @model_validator(mode="after")
+    def _one_value_per_length(self) -> AttentionLengthCurve:
+        for name in ("forward", "forward_causal", "backward"):
+            values = getattr(self, name)
+            if len(values) != len(self.keys) or min(values) <= 0:
+                raise ValueError(f"{name}={values}: must hold one positive TFLOP/s per keys value ({len(self.keys)})")
+        if sorted(set(self.keys)) != self.keys:
+            raise ValueError(f"keys={self.keys}: must be strictly ascending")
+        return self
+
+    def relative(self, keys, causal: bool):
+        """[forward, backward] efficiency at `keys` relative to the longest non-causal
+        measurement (what AttentionParams.kernels holds), interpolated in log keys and held
+        flat beyond the measured range."""
+        x, at = np.log2(self.keys), np.log2(np.maximum(np.asarray(keys, dtype=float), 1.0))
+        fwd = np.interp(at, x, self.forward) / self.forward[-1]
+        bwd = np.interp(at, x, self.backward) / self.backward[-1]
+        if causal:
+            mask = np.interp(at, x, self.forward_causal) / np.interp(at, x, self.forward)
+            fwd, bwd = fwd * mask, bwd * mask
+        return fwd, bwd
+
+
 class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
         description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
+    length_curves: dict[str, AttentionLengthCurve] = Field(
+        description="Fused attention kernel -> its TFLOP/s against keys per query and the causal mask (fa2's for a kernel without one)")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
     torch_cp_bytes: TorchCpBytes = Field(description="HBM bytes of PyTorch context_parallel's eager merge and accumulation kernels")
     linear_attention: LinearAttentionBytes = Field(description="HBM bytes of the Gated DeltaNet mixer's chunked kernels and the element-wise work around them")
@@ -97,6 +133,9 @@ class AttentionParams(_Strict):
         """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""
         table = self.kernels.get(kernel) or self.kernels["fa2"]
         return tuple(table.get(architecture) or self.kernels["fa2"].get(architecture) or self.kernels["fa2"]["hopper"])
+
+    def length_curve(self, kernel: str) -> AttentionLengthCurve:
+        return self.length_curves.get(kernel) or self.length_curves["fa2"]
 
 
 class EagerExtraBytes(_Strict):
