@@ -46,6 +46,19 @@ class Batch:
         return self.training.global_batch_size // (self.tab.dp * self.tab.mbs)
 
     @cached_property
+    def ep_unpaired(self) -> np.ndarray:
+        """Share of a stage's micro-batch passes whose EP AllToAll no other micro-batch's compute
+        hides under ep_overlap (Megatron's combined 1F1B, megatron/core/pipeline_parallel/
+        schedules.py get_pp_rank_microbatches and combined_1f1b.py): only the steady state pairs
+        a forward with a backward. The warmup forwards, and as many cooldown backwards, run
+        alone: (pp - rank - 1) x 2 + (vpp - 1) x pp + 1 of the m x vpp chunk passes (pp > 1
+        needs vpp there), mean over ranks (pp - 1) + (vpp - 1) pp + 1; without pipelining the
+        first forward and the last backward (1 of m). 0 without ep_overlap."""
+        t = self.tab
+        warmup = np.where(t.pp > 1, (t.pp - 1) + (t.vpp - 1) * t.pp + 1, 1)
+        return np.where(t.ep_overlap == 1, np.minimum(1.0, warmup / (self.microbatches * t.vpp)), 0.0)
+
+    @cached_property
     def zero_shard(self) -> np.ndarray:
         """Ranks that shard dense ZeRO state (Megatron shards over dp*cp)."""
         return np.where(self.tab.shard > 0, self.tab.shard, self.tab.dp * self.tab.cp)

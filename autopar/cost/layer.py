@@ -393,17 +393,21 @@ def torch_cp_merge_seconds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     return seconds(nb.forward_output, nb.forward_kv), seconds(nb.backward_query, nb.backward_kv)
 
 
-def layer_parts(batch: Batch, index: int) -> dict[str, np.ndarray]:
+def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
     """Per-micro-batch seconds of one layer by breakdown part (forward + backward), plus the
-    pieces recompute and the pipeline need."""
+    pieces recompute and the pipeline need. `alone`: the share of passes whose EP AllToAll
+    nothing hides under ep_overlap (default Batch.ep_unpaired); the parts are linear in it."""
     f = layer_forward(batch, index)
     w = batch.wgrad
     # EP dispatch and combine run forward and backward; with ep_overlap (Megatron 1F1B A2A
     # overlap, DualPipe) another micro-batch's compute of this layer hides them, but while they
-    # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed)
+    # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed);
+    # the warmup and cooldown passes have no partner (Batch.ep_unpaired)
     merge, merge_bwd = f["cp_merge"], f["cp_merge_bwd"]
     compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"] + merge + merge_bwd
-    ep_exposed = np.where(batch.tab.ep_overlap == 1, overlap_exposed(batch, 2 * f["ep"], compute), 2 * f["ep"])
+    alone = batch.ep_unpaired if alone is None else alone
+    paired = (1 - alone) * overlap_exposed(batch, 2 * f["ep"], compute) + alone * 2 * f["ep"]
+    ep_exposed = np.where(batch.tab.ep_overlap == 1, paired, 2 * f["ep"])
     f["ep"] = ep_exposed / 2
     layer_fwd = f["gemm"] + f["attn"] + f["elem"] + merge + f["tp"] + f["cp"] + f["ep"]
     return {

@@ -105,10 +105,18 @@ def _layer_parts_by_config(batch: Batch, kinds: list[int]) -> list[dict[str, np.
     (a space of a million plans has a few hundred) and spread back to the plans."""
     first, config_of = row_groups(*(getattr(batch.tab, c) for c in LAYER_COLUMNS))
     reps = Batch(batch.model, batch.cluster, batch.training, batch.params, batch.tab.take(first))
+    alone = batch.ep_unpaired  # per plan (pipeline depth and micro-batches), so blended after the spread
+
+    def spread(parts):
+        return {k: np.broadcast_to(np.asarray(v, dtype=float), (len(first),))[config_of] for k, v in parts.items()}
+
     out = []
     for i in kinds:
-        parts = layer_parts(reps, i)
-        out.append({k: np.broadcast_to(np.asarray(v, dtype=float), (len(first),))[config_of] for k, v in parts.items()})
+        parts = spread(layer_parts(reps, i, alone=0.0))
+        if alone.any():
+            solo = spread(layer_parts(reps, i, alone=1.0))
+            parts = {k: v + alone * (solo[k] - v) for k, v in parts.items()}
+        out.append(parts)
     return out
 
 

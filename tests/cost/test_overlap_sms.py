@@ -68,3 +68,32 @@ def test_userbuffers_gemms_run_beside_sixteen_sms():
     # by hand: proj 2 x 8192 x 8192 x 1024 + fc2 2 x 8192 x 8192 x 3584 = 6.2e11 FLOP, ~0.8 ms at
     # ~770 TFLOP/s; 16/116 of it is ~0.11 ms per layer and micro-batch in the forward
     assert slow * (out + fc2) == pytest.approx(0.11e-3, rel=0.2)
+
+
+def test_ep_overlap_leaves_the_warmup_and_cooldown_passes_exposed():
+    # Megatron's combined 1F1B pairs a forward with a backward only in the steady state
+    # (megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches: warmup chunks
+    # (pp - rank - 1) x 2 + (vpp - 1) x pp + 1 with the A2A overlap). pp 8, vpp 4, 64 micro-batches:
+    # mean over ranks 7 + 24 + 1 = 32 of 256 chunk passes run alone, 0.125; pp 1 (dp 128, mbs 2:
+    # 4 micro-batches): the first forward and the last backward, 1 of 4
+    from autopar.cost.context import Batch
+    from autopar.cost.layer import layer_forward, layer_parts
+    from autopar.cost.moe import overlap_exposed
+    from autopar.cost.table import PlanTable
+
+    model = load_model("qwen3-235b-a22b")
+    cluster = load_cluster("dgx-h100").with_gpus(256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=1024)
+    plans = [Plan(tp=2, pp=8, dp=16, ep=32, vpp=4, mbs=1, zero=1, sp=True, ep_overlap=True),
+             Plan(tp=2, pp=1, dp=128, ep=32, mbs=2, zero=1, sp=True, ep_overlap=True),
+             Plan(tp=2, pp=8, dp=16, ep=32, vpp=4, mbs=1, zero=1, sp=True)]
+    b = Batch(model, cluster, training, load_cost_params(), PlanTable.from_plans(plans, 256))
+    assert list(b.ep_unpaired) == pytest.approx([32 / 256, 1 / 4, 0.0])
+    f, parts = layer_forward(b, 5), layer_parts(b, 5)
+    full = 2 * f["ep"]
+    compute = (3 + b.wgrad) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"]
+    hidden = overlap_exposed(b, full, compute)
+    assert parts["ep_comm"][0] == pytest.approx(0.875 * hidden[0] + 0.125 * full[0], rel=1e-9)
+    assert parts["ep_comm"][1] == pytest.approx(0.75 * hidden[1] + 0.25 * full[1], rel=1e-9)
+    assert parts["ep_comm"][2] == pytest.approx(full[2], rel=1e-9)  # no overlap: all exposed
+    assert hidden[0] < parts["ep_comm"][0] < full[0]
