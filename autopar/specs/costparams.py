@@ -106,7 +106,7 @@ class AttentionLengthCurve(_Strict):
             raise ValueError(f"keys={self.keys}: must be strictly ascending")
         return self
 
-    def relative(self, keys, causal: bool):
+    def relative(self, keys, causal: bool) -> tuple[np.ndarray, np.ndarray]:
         """[forward, backward] efficiency at `keys` relative to the longest non-causal
         measurement (what AttentionParams.kernels holds), interpolated in log keys and held
         flat beyond the measured range."""
