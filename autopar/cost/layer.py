@@ -315,7 +315,7 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
         return 1.0 / (peak * e_fwd * fwd), 2.5 / (peak * e_bwd * bwd)
 
     diag_f, diag_b = seconds_per_flop(local, True)
-    short_f, short_b = seconds_per_flop(np.minimum(local / 2, window), False)
+    short_f, short_b = seconds_per_flop(local / 2, False)
     long_f, long_b = seconds_per_flop(local, False)
     later = (cp - 1) / cp
     fwd = diag_f / cp + later * (short_f + long_f) / 2
