@@ -11,7 +11,8 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, qkv_bytes, query_elements
-from autopar.cost.moe import dispatch_seconds, overlap_exposed, expert_load_factor, moe_elementwise_bytes, routed_tokens
+from autopar.cost.moe import (dispatch_seconds, expert_load_factor, moe_elementwise_bytes, overlap_exposed, routed_tokens,
+                              sort_permutations)
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
 from autopar.specs.training import Fp8Recipe
@@ -85,8 +86,9 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     if m.is_moe_layer(index):
         routed_f = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp
         out["moe_act_elem"] = batch.hbm_seconds(3 * B * T * routed_f)
-        out["moe_elem"] = batch.hbm_seconds(moe_elementwise_bytes(m, moe_tokens, load, B)) + out["act_elem"]
-        elem_bytes = elem_bytes + moe_elementwise_bytes(m, moe_tokens, load, B)
+        moe_bytes = moe_elementwise_bytes(m, moe_tokens, load, B, sort_permutations(m, t.ep, t.dispatcher))
+        out["moe_elem"] = batch.hbm_seconds(moe_bytes) + out["act_elem"]
+        elem_bytes = elem_bytes + moe_bytes
     else:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
     extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index) if batch.stack.elementwise == "eager" else (0.0, 0.0)

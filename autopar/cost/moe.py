@@ -79,17 +79,35 @@ def destination_nodes(model: ModelSpec, ep_nodes, top_k: int, routing: MoeRoutin
     return limit * (1.0 - (1.0 - 1.0 / limit) ** top_k)
 
 
-def moe_elementwise_bytes(model: ModelSpec, moe_tokens, load: float, bytes_per_element: float):
+def moe_elementwise_bytes(model: ModelSpec, moe_tokens, load: float, bytes_per_element: float, permutations=1):
     """Forward HBM bytes of a MoE layer's memory-bound kernels per micro-batch (the backward
     moves twice as much, as for the other element-wise work): the router's fp32 scores, softmax
     or sigmoid and top-k over E experts (read and write 4 B each: 16 B per score), the permute
     that gathers each of the k token copies into expert order and the unpermute that scatters
     them back and sums them with the routing weights (each reads and writes a copy: 2 x 2 B per
     element; Megatron-LM moe_utils.py permute/unpermute, index_select and index_add). A LatentMoE
-    layer permutes its tokens at the latent width."""
+    layer permutes its tokens at the latent width. `permutations` (per plan) counts the
+    permute/unpermute pairs: 2 where the AllToAll dispatcher sorts the received copies again by
+    local expert (sort_permutations)."""
     router = 16.0 * moe_tokens * model.num_experts
     permute = 2 * 2 * bytes_per_element * moe_tokens * model.moe_top_k * load * model.moe_expert_width
-    return router + permute
+    return router + permute * np.asarray(permutations, dtype=float)
+
+
+def sort_permutations(model: ModelSpec, ep, dispatcher):
+    """Permute/unpermute pairs of a MoE layer per plan. Megatron-Core's AllToAll dispatcher
+    permutes the rank's token copies into destination order before the AllToAll, and when a rank
+    holds more than one expert it sorts what arrived by local expert ('Permutation 2', a second
+    copy of every received token, sort_chunks_by_idxs: split + cat, or TE's fused
+    moe_sort_chunks_by_index) and unsorts the outputs before the return AllToAll
+    (token_dispatcher.py MoEAlltoAllTokenDispatcher, core_v0.11.0 to HEAD); torchtitan's
+    all-to-all EP does the same (its second permute aligns the received tokens per local expert
+    for the grouped GEMM). DeepEP (flex) and AllGather dispatch once and permute once after it.
+    Without expert parallelism nothing is sent: torchtitan runs its local experts on the one
+    permute, and Megatron's default AllGather dispatcher permutes once."""
+    ep = np.asarray(ep, dtype=float)
+    sorts = (np.asarray(dispatcher) == DISPATCHER.index(Dispatcher.alltoall)) & (ep > 1) & (model.num_experts > ep)
+    return 1 + sorts.astype(float)
 
 
 def dispatch_seconds(batch, moe_tokens, load: float):
