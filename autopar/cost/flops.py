@@ -251,6 +251,24 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
     return out
 
 
+# GEMMs a stack may run as separate linear layers on one input (StackSpec.separate_projections)
+GATED_INPUT_PROJECTIONS = ("mlp/fc1", "moe/shared_fc1", "moe/experts_fc1")
+
+
+def projection_shares(name: str, model: ModelSpec) -> tuple[float, ...]:
+    """Shares of a fused input projection's output width that separate linear layers produce on
+    a stack that does not fuse them: the query (with an output gate's projection), the key and
+    the value of "attention/qkv" (torchtitan wq, wk, wv); the gate and the up halves of a gated
+    MLP's fc1 (torchtitan w1, w3; the experts' two grouped GEMMs). (1.0,) for every other GEMM."""
+    if name == "attention/qkv":
+        q = model.num_attention_heads * model.head_size * (2 if model.attention_output_gate else 1)
+        kv = model.kv_heads * model.head_size
+        return (q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv))
+    if name in GATED_INPUT_PROJECTIONS and model.gated_mlp:
+        return (0.5, 0.5)
+    return (1.0,)
+
+
 def activation_message_bytes(tokens: float, hidden_size: int, bytes_per_element: float) -> float:
     """One hidden-state tensor of `tokens` tokens: the TP AllReduce / PP send payload
     (seed 000 'Тензорный параллелизм': 4 x 2048 x 4096 x 2 B = 67 MB)."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
-from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms
+from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms, projection_shares
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, qkv_bytes, query_elements
 from autopar.cost.moe import (dispatch_seconds, expert_load_factor, moe_elementwise_bytes, overlap_exposed, routed_tokens,
@@ -32,7 +32,9 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     load = expert_load_factor(batch)
     moe_tokens = routed_tokens(T, t.tp, t.etp, t.sp == 1)
     gemms = layer_gemms(m, index, T, t.tp, t.ep, t.etp, load, moe_tokens)
-    times = [gemm_time(batch, g.m, g.n, g.k, dtype) * g.count for g in gemms]
+    # a stack without fused input projections runs one narrower GEMM per linear layer
+    shares = [projection_shares(g.name, m) if batch.stack.separate_projections else (1.0,) for g in gemms]
+    times = [sum(gemm_time(batch, g.m, g.n * s, g.k, dtype) for s in sh) * g.count for g, sh in zip(gemms, shares)]
     out = {"gemm": sum(times)}
     out["gemm_flops"] = sum(g.flops for g in gemms)
     # forward GEMM seconds and FLOPs of the submodules selective recompute may name (RecomputeModule)
@@ -93,7 +95,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
     extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index) if batch.stack.elementwise == "eager" else (0.0, 0.0)
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
-    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd)
+    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd + input_gradient_sum_bytes(batch, gemms, shares))
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
     # one AllReduce (SP: AllGather + ReduceScatter) around each block with TP-split weights: the
     # mixer and the MLP; a MoE block without shared experts has none (see _tp_seconds)
@@ -112,6 +114,28 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     else:
         out["ep"] = np.zeros(len(t))
     return out
+
+
+def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float, ...]]) -> np.ndarray:
+    """Backward HBM bytes of summing the input gradients of p separate linear layers that read
+    one input (StackSpec.separate_projections; a fused GEMM's dgrad writes the sum itself).
+    Eager autograd accumulates them pairwise (torch/csrc/autograd/input_buffer.cpp
+    InputBuffer::accumulate: add in place or out of place, read 2 and write 1 per element):
+    3 (p - 1) element transfers. Compiled, Inductor sums them in one pointwise kernel (read p,
+    write 1) before a collective or an index op it cannot fuse with (the TP ReduceScatter, the
+    experts' unpermute), or folds the sum into the norm's backward reduction that reads the
+    gradient anyway (p - 1 more reads) when nothing stands between them (TP 1)."""
+    t, B = batch.tab, batch.training.activation_bytes
+    eager = batch.stack.elementwise == "eager"
+    total = np.zeros(len(t))
+    for g, sh in zip(gemms, shares):
+        p = len(sh)
+        if p == 1:
+            continue
+        folded = (t.tp == 1) & (g.name != "moe/experts_fc1")
+        transfers = 3.0 * (p - 1) if eager else np.where(folded, p - 1.0, p + 1.0)
+        total = total + transfers * B * g.m * g.k * g.count
+    return total
 
 
 # the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row

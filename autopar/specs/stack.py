@@ -43,6 +43,11 @@ class StackSpec(StrictModel):
                                   "the ring in fp32 one block at a time")
     kv_heads_repeated: bool = Field(False, description="K and V reach the attention kernel repeated to the query heads "
                                     "(torchtitan repeat_kv before SDPA), so CP exchanges carry every query head, not the KV heads")
+    separate_projections: bool = Field(False, description="The query, key and value projections, and a gated MLP's gate and "
+                                       "up projections, are separate linear layers on one input (torchtitan's Llama wq, wk, wv and "
+                                       "w1, w3; Hugging Face q/k/v_proj, gate/up_proj), not one fused GEMM each (Megatron linear_qkv, "
+                                       "linear_fc1): each runs its own, narrower GEMM, and the backward sums their input gradients "
+                                       "(autopar.cost.layer.input_gradient_sum_bytes)")
     zero3_gather: Literal["layer", "module"] = Field("layer", description="layer | module: what one ZeRO-3 AllGather fetches. "
                                                      "layer: a wrapped transformer block's flat parameters (FSDP1 FlatParameter, "
                                                      "FSDP2 fully_shard per block, Megatron-FSDP's per-layer buckets). module: the "

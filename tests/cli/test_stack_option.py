@@ -21,13 +21,16 @@ def _estimate(*extra):
 
 
 def test_stack_switches_the_attention_kernel_by_its_profile():
-    # Same GEMMs; attention costs fwd/(peak*eff_f) + 2.5 fwd/(peak*eff_b). Hopper, profiles/cost/defaults.yaml:
+    # The same GEMM work, but torchtitan runs wq, wk, wv and w1, w3 as separate, narrower GEMMs
+    # (tests/cost/test_separate_projections.py): a little slower, 0.5% of this plan's GEMM time.
+    # Attention costs fwd/(peak*eff_f) + 2.5 fwd/(peak*eff_b). Hopper, profiles/cost/defaults.yaml:
     # torchtitan runs SDPA's FlashAttention-2 (0.374, 0.326), Megatron TE's cuDNN (0.602, 0.522), each
     # times its causal 8k call's share of the long-call bars (attention.length_curves, FA3 paper Fig. 5-6):
     # FA2 forward 333/370, backward 318/322 x 333/370; cuDNN 529/595, 518/516 x 529/600, so
     # torchtitan / megatron = (1/0.3366 + 2.5/0.28976) / (1/0.53523 + 2.5/0.46201) = 11.599 / 7.279 = 1.593.
     mega, titan = _estimate(), _estimate("--stack", "torchtitan")
-    assert titan["time_breakdown"]["compute_gemm"] == pytest.approx(mega["time_breakdown"]["compute_gemm"], rel=1e-9)
+    gemm_ratio = titan["time_breakdown"]["compute_gemm"] / mega["time_breakdown"]["compute_gemm"]
+    assert 1.0 < gemm_ratio < 1.01
     ratio = titan["time_breakdown"]["compute_attention"] / mega["time_breakdown"]["compute_attention"]
     assert ratio == pytest.approx(11.599 / 7.279, rel=2e-3)
     # eager RMSNorm/RoPE/SwiGLU kernels read and write more bytes than the fused ones
