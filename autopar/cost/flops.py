@@ -33,6 +33,12 @@ def mlp_matrices(model: ModelSpec) -> int:
     return 3 if model.gated_mlp else 2
 
 
+def query_projection_width(model: ModelSpec) -> int:
+    """Output width of a softmax-attention layer's query projection: heads x head size, twice that
+    where the model gates its attention output (the gate's projection rides with the query's)."""
+    return model.num_attention_heads * model.head_size * (2 if model.attention_output_gate else 1)
+
+
 def attention_params(model: ModelSpec) -> float:
     """Weights of a softmax-attention block: Q, K, V and output projections (MLA: its low-rank
     factors), plus the output gate's query-wide projection where the model has one."""
@@ -43,7 +49,7 @@ def attention_params(model: ModelSpec) -> float:
         q = h * a * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank * a * qk
         kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv + a * m.v_head_dim * h
-    return h * a * d * (2 if model.attention_output_gate else 1) + 2 * h * g * d + a * d * h
+    return h * query_projection_width(model) + 2 * h * g * d + a * d * h
 
 
 def linear_attention_params(model: ModelSpec) -> float:
@@ -229,8 +235,8 @@ def layer_gemms(model: ModelSpec, index: int, tokens: float, tp: int, ep: int, e
                 Gemm("attention/kv_up", tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
                 Gemm("attention/out", tokens, h, a * m.v_head_dim / tp)]
     else:
-        gate = a * d if model.attention_output_gate else 0  # the gate's projection rides with the query's
-        out += [Gemm("attention/qkv", tokens, (a * d + gate + 2 * g * d) / tp, h), Gemm("attention/out", tokens, h, a * d / tp)]
+        out += [Gemm("attention/qkv", tokens, (query_projection_width(model) + 2 * g * d) / tp, h),
+                Gemm("attention/out", tokens, h, a * d / tp)]
     mats = mlp_matrices(model)
     if model.is_moe_layer(index):
         f_e, w = model.moe_ffn_hidden_size or 0, model.moe_expert_width
@@ -261,8 +267,7 @@ def projection_shares(name: str, model: ModelSpec) -> tuple[float, ...]:
     the value of "attention/qkv" (torchtitan wq, wk, wv); the gate and the up halves of a gated
     MLP's fc1 (torchtitan w1, w3; the experts' two grouped GEMMs). (1.0,) for every other GEMM."""
     if name == "attention/qkv":
-        q = model.num_attention_heads * model.head_size * (2 if model.attention_output_gate else 1)
-        kv = model.kv_heads * model.head_size
+        q, kv = query_projection_width(model), model.kv_heads * model.head_size
         return (q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv))
     if name in GATED_INPUT_PROJECTIONS and model.gated_mlp:
         return (0.5, 0.5)
