@@ -13,7 +13,9 @@ from autopar.validation.predict import RowResult, measured_tokens_per_gpu, predi
 from autopar.validation.report import rank_agreement, render, summarize
 from autopar.validation.rows import DEFAULTS_DOC, row_cluster, row_inputs, row_model, row_training
 
-REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch_size")
+# global_batch_size may be null or absent where tokens_per_batch or micro_batch_size x dp x
+# grad_accum_steps gives it (autopar.validation.rows.normalize_row)
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus")
 
 __all__ = ["DEFAULTS_DOC", "RowResult", "families_table", "load_rows", "measured_tokens_per_gpu", "predict_row", "rank_agreement", "render",
            "row_cluster", "row_inputs", "row_model", "row_training", "source_flops_per_token", "summarize", "validate_runs"]

@@ -19,7 +19,7 @@ from autopar.specs.estimate import Estimate
 from autopar.specs.plan import Recompute
 from autopar.specs.training import Stack
 from autopar.specs.trust import family_of
-from autopar.validation.rows import RowInputs, plan_of, row_inputs
+from autopar.validation.rows import RowInputs, normalize_row, plan_of, row_inputs
 
 GIB = 2**30
 
@@ -42,7 +42,7 @@ class RowResult(BaseModel):
     measured_memory_gb: float | None = None
     feasible: bool | None = None
     gpu_memory_gb: float | None = Field(None, description="The row's GPU HBM, GB")
-    resolved: dict[str, str] = Field(default_factory=dict, description="Choices the row does not publish, resolved to the fastest that fits")
+    resolved: dict[str, str] = Field(default_factory=dict, description="Choices the row does not publish, resolved to the fastest that fits; columns derived from others")
     unused: list[str] = Field(default_factory=list, description="Columns with a value the prediction does not read")
     not_modelled: str | None = Field(None, description="A physical fact of the run the model does not take")
     skipped: str | None = Field(None, description="Why the row could not be predicted")
@@ -162,9 +162,10 @@ def _resolve(inputs: RowInputs, params: CostParams) -> tuple[Estimate, dict[str,
 
 
 def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowResult:
-    base = RowResult(id=str(row.get("id")), source_group=str(row.get("source_group")),
-                     model_name=str(row.get("model_name")), num_gpus=int(row.get("num_gpus") or 0))
+    base = RowResult(id=str(row.get("id")), source_group=str(row.get("source_group")), model_name=str(row.get("model_name")), num_gpus=0)
     try:
+        row, derived = normalize_row(row)
+        base = base.model_copy(update={"num_gpus": int(row.get("num_gpus") or 0)})
         inputs = row_inputs(row)
         base = base.model_copy(update={"unused": inputs.unused, "not_modelled": inputs.not_modelled, "stack": inputs.training.stack.value})
         measured = measured_tokens_per_gpu(row, inputs.model)
@@ -182,5 +183,5 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         "plan": est.plan, "metric": metric, "measured_tokens_per_second_per_gpu": value,
         "predicted_tokens_per_second_per_gpu": pred, "error": (pred - value) / value,
         "predicted_mfu": est.mfu, "predicted_memory_gb": est.memory_bytes_per_gpu / 1e9, "feasible": est.feasible,
-        "gpu_memory_gb": inputs.cluster.gpu.hbm_bytes / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": resolved,
+        "gpu_memory_gb": inputs.cluster.gpu.hbm_bytes / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": {**derived, **resolved},
     })

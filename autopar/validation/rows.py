@@ -51,6 +51,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   (--recompute-num-layers); the row's report lists what was resolved ('resolved'). Interleaving is
   not resolved this way: it takes an explicit flag in every framework, so a row that does not
   name it ran without it
+- global_batch_size: tokens_per_batch / seq_len, else micro_batch_size x dp x grad_accum_steps
+  (the report lists the derivation under 'resolved'); numeric columns written as text ('1,024')
+  read as numbers, a zero_stage written as text ('ZeRO-3') as its stage
 - cp, ep, vpp: 1; etp: tp (Megatron default)
 - precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
@@ -94,6 +97,62 @@ class RowInputs:
     open_choices: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
     not_modelled: str | None = None
+
+
+# numeric columns as runs files from other sources may write them ("4096", "1,024", "2.0")
+INTEGER_COLUMNS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+                   "seq_len", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size",
+                   "global_batch_size", "grad_accum_steps", "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size",
+                   "moe_shared_expert_ffn_size")
+FLOAT_COLUMNS = ("tokens_per_sec_per_gpu", "tokens_per_sec_total", "step_time_s", "samples_per_sec", "tflops_per_gpu",
+                 "mfu", "hfu", "memory_gb", "aggregate_pflops", "tokens_per_batch", "peak_tflops_used_by_source")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _number(column: str, value: Any, integer: bool) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip().replace(",", "").replace("_", "")
+    if not text:
+        return None
+    if not _NUMBER.match(text):
+        raise InputError(column, value, "must be a number")
+    number = float(text)
+    if integer:
+        if number != int(number):
+            raise InputError(column, value, "must be a whole number")
+        return int(number)
+    return number
+
+
+def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The row with numeric columns written as text read as numbers, a 'ZeRO-3'-style
+    zero_stage read as its stage, and a missing global_batch_size derived from tokens_per_batch /
+    seq_len or micro_batch_size x dp x grad_accum_steps (what each derivation was is returned,
+    for the report). Raises InputError naming the column for a value that is not a number."""
+    out = dict(row)
+    for column in INTEGER_COLUMNS + FLOAT_COLUMNS:
+        if column in out:
+            out[column] = _number(column, out[column], column in INTEGER_COLUMNS)
+    derived: dict[str, str] = {}
+    zero = out.get("zero_stage")
+    if isinstance(zero, str):
+        stage = re.search(r"[0-3]", zero)
+        if stage is None:
+            raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3")
+        out["zero_stage"] = int(stage.group(0))
+    if out.get("global_batch_size") is None and out.get("seq_len"):
+        tokens, mbs, steps = out.get("tokens_per_batch"), out.get("micro_batch_size"), out.get("grad_accum_steps")
+        dp = out.get("dp") or out.get("dp_inferred")
+        if tokens and tokens % out["seq_len"] == 0:
+            out["global_batch_size"] = int(tokens // out["seq_len"])
+            derived["global_batch_size"] = "tokens_per_batch / seq_len"
+        elif mbs and dp and steps:
+            out["global_batch_size"] = int(mbs * dp * steps)
+            derived["global_batch_size"] = "micro_batch_size x dp x grad_accum_steps"
+        else:
+            raise InputError("global_batch_size", None, "required: give it, or tokens_per_batch, or micro_batch_size, dp and grad_accum_steps")
+    return out, derived
 
 
 def _text(row: dict[str, Any], *keys: str) -> str:

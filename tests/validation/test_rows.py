@@ -13,7 +13,7 @@ from autopar.specs import load_model
 from autopar.validation import predict_row
 from autopar.validation.report import rank_agreement
 from autopar.validation.predict import RowResult
-from autopar.validation.rows import row_inputs, row_model
+from autopar.validation.rows import normalize_row, row_inputs, row_model
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BASE = {"id": "x", "source_group": "g", "model_name": "Llama 3 8B", "num_layers": 32, "hidden_size": 4096,
@@ -119,3 +119,44 @@ def test_hybrid_mamba_models_are_reported_not_modelled():
     reason = row_inputs({**BASE, "model_name": "Nemotron-H 56B"}).not_modelled
     assert reason is not None and "Mamba" in reason
     assert row_inputs(BASE).not_modelled is None
+
+
+# ---- columns written as text, and a batch given as tokens: runs files from other sources ----
+
+def test_numbers_written_as_text_predict_as_numbers():
+    """A row whose numeric columns are strings ("1,024", "8192") predicts exactly as the numeric
+    row: the same plan, the same tokens/s (no tolerance: the same inputs reach the cost model)."""
+    text = {**BASE, "num_gpus": "64", "seq_len": "8,192", "global_batch_size": "64", "tp": "1",
+            "tokens_per_sec_per_gpu": "5,000.0", "micro_batch_size": "1", "recompute": "full"}
+    plain, written = predict_row({**BASE, "micro_batch_size": 1, "recompute": "full"}), predict_row(text)
+    assert written.skipped is None and written.num_gpus == 64
+    assert written.plan == plain.plan
+    assert written.predicted_tokens_per_second_per_gpu == plain.predicted_tokens_per_second_per_gpu
+    assert written.measured_tokens_per_second_per_gpu == 5000.0
+
+
+def test_a_value_that_is_not_a_number_names_column_and_value():
+    res = predict_row({**BASE, "tp": "eight"})
+    assert res.skipped == "InputError: tp='eight': must be a number"
+    res = predict_row({**BASE, "pp": "2.5"})
+    assert res.skipped == "InputError: pp='2.5': must be a whole number"
+
+
+@pytest.mark.parametrize("written, stage", [("ZeRO-3", 3), ("zero stage 2", 2), ("1", 1)])
+def test_zero_stage_written_as_text(written, stage):
+    inputs = row_inputs(normalize_row({**BASE, "zero_stage": written})[0])
+    assert inputs.plan_fields["zero"] == stage
+
+
+def test_global_batch_derived_from_tokens_per_batch():
+    """Without global_batch_size, tokens_per_batch / seq_len gives it (64 x 8192 = 524,288 tokens
+    -> 64 sequences), the report says so, and the prediction is the one of the row that states it."""
+    row = {k: v for k, v in BASE.items() if k != "global_batch_size"}
+    res = predict_row({**row, "tokens_per_batch": 64 * 8192})
+    assert res.skipped is None and res.resolved["global_batch_size"] == "tokens_per_batch / seq_len"
+    assert res.predicted_tokens_per_second_per_gpu == predict_row(BASE).predicted_tokens_per_second_per_gpu
+    # or micro-batch x data-parallel ranks x accumulation steps: 1 x 64 x 1
+    res = predict_row({**row, "global_batch_size": None, "micro_batch_size": 1, "dp": 64, "grad_accum_steps": 1})
+    assert res.resolved["global_batch_size"] == "micro_batch_size x dp x grad_accum_steps"
+    assert res.predicted_tokens_per_second_per_gpu == predict_row({**BASE, "micro_batch_size": 1}).predicted_tokens_per_second_per_gpu
+    assert predict_row(row).skipped.startswith("InputError: global_batch_size=None: required")
