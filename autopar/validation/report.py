@@ -10,7 +10,7 @@ from typing import Any
 
 from autopar.specs.hardware import GB, gb_gib
 from autopar.validation.predict import RowResult
-from autopar.validation.rows import DEFAULTS_DOC
+from autopar.validation.rows import DEFAULTS_DOC, normalize_row
 
 
 def _mape(rows: list[RowResult]) -> dict[str, Any]:
@@ -40,8 +40,8 @@ def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[
     of pairs the model orders as measured (a tie is not ordered right)."""
     groups: dict[tuple, list[RowResult]] = {}
     for row, res in zip(raw, results):
-        if res.error is not None and not res.not_modelled:
-            groups.setdefault(rank_key(row), []).append(res)
+        if res.error is not None and not res.not_modelled:  # predicted: the row normalizes
+            groups.setdefault(rank_key(normalize_row(row)[0]), []).append(res)
     out_groups, right, wrong, tied = [], 0, 0, 0
     for key, members in groups.items():
         c = d = ties = 0

@@ -76,6 +76,16 @@ def test_kendall_tau_by_hand():
     assert pooled["kendall_tau"] == pytest.approx(3 / 6) and pooled["ordered_right"] == pytest.approx(4 / 6)
 
 
+def test_rows_written_as_text_join_their_layout_group():
+    # the same run written "64" / "8,192" and 64 / 8192 is one group of layout variants: one pair,
+    # measured 1 < 2 and predicted 1 < 3, ordered right (tau 1); apart they would form no pair
+    raw = [dict(BASE, id="a"), dict(BASE, id="b", num_gpus="64", seq_len="8,192", global_batch_size=None, tokens_per_batch=64 * 8192)]
+    res = [RowResult(id=i, source_group="g", model_name="m", num_gpus=64, measured_tokens_per_second_per_gpu=m,
+                     predicted_tokens_per_second_per_gpu=p, error=p / m - 1) for i, m, p in (("a", 1, 1), ("b", 2, 3))]
+    pooled = rank_agreement(raw, res)["pooled"]
+    assert (pooled["pairs"], pooled["kendall_tau"]) == (1, 1.0)
+
+
 def test_torchtitan_selective_layer_is_every_other_block_whole():
     # torchtitan activation_checkpoint.selective_ac_option default "2": checkpoint every other layer
     # -> full recompute of 16 of Llama 3 8B's 32 layers (pp 1), per-op SAC for 'selective (op)'
