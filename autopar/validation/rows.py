@@ -54,6 +54,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - global_batch_size: tokens_per_batch / seq_len, else micro_batch_size x dp x grad_accum_steps
   (the report lists the derivation under 'resolved'); numeric columns written as text ('1,024')
   read as numbers, a zero_stage written as text ('ZeRO-3') as its stage
+- tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
+  when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
+  preset has the row's query heads, else multi-head attention
 - cp, ep, vpp: 1; etp: tp (Megatron default)
 - precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
@@ -127,7 +130,8 @@ def _number(column: str, value: Any, integer: bool) -> Any:
 
 def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The row with numeric columns written as text read as numbers, a 'ZeRO-3'-style
-    zero_stage read as its stage, and a missing global_batch_size derived from tokens_per_batch /
+    zero_stage read as its stage, a missing tp or pp derived from the degrees stated
+    (_missing_degree), and a missing global_batch_size derived from tokens_per_batch /
     seq_len or micro_batch_size x dp x grad_accum_steps (what each derivation was is returned,
     for the report). Raises InputError naming the column for a value that is not a number."""
     out = dict(row)
@@ -141,6 +145,7 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         if stage is None:
             raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3")
         out["zero_stage"] = int(stage.group(0))
+    derived.update(_missing_degree(out))
     if out.get("global_batch_size") is None and out.get("seq_len"):
         tokens, mbs, steps = out.get("tokens_per_batch"), out.get("micro_batch_size"), out.get("grad_accum_steps")
         dp = out.get("dp") or out.get("dp_inferred")
@@ -153,6 +158,25 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         else:
             raise InputError("global_batch_size", None, "required: give it, or tokens_per_batch, or micro_batch_size, dp and grad_accum_steps")
     return out, derived
+
+
+def _missing_degree(out: dict[str, Any]) -> dict[str, str]:
+    """Fill a tp or pp the row leaves out (in place) from what it does state: model_parallel_size
+    is tp x pp (Narayanan et al. 2021 Table 1 gives it beside both; the three runs files agree on
+    every row), and a stated dp leaves num_gpus / (dp x cp x the other degree) for the missing one
+    (EP and expert TP fold inside those ranks). Defaulting it to 1 instead would cost a different
+    layout or break the batch's divisibility. Returns what was derived, for the report."""
+    derived: dict[str, str] = {}
+    missing = [d for d in ("tp", "pp") if out.get(d) is None]
+    if len(missing) != 1:
+        return derived
+    gone, other = missing[0], "pp" if missing[0] == "tp" else "tp"
+    known, mp, dp, gpus = out[other], out.get("model_parallel_size"), out.get("dp"), out.get("num_gpus")
+    if mp and mp % known == 0:
+        out[gone], derived[gone] = mp // known, f"model_parallel_size / {other}"
+    elif dp and gpus and gpus % (dp * (out.get("cp") or 1) * known) == 0:
+        out[gone], derived[gone] = gpus // (dp * (out.get("cp") or 1) * known), f"num_gpus / (dp x cp x {other})"
+    return derived
 
 
 def _text(row: dict[str, Any], *keys: str) -> str:
@@ -273,6 +297,10 @@ def _preset_fields(row: dict[str, Any], name: str) -> dict[str, Any]:
         return {}
     out = {f: getattr(preset, f) for f in ARCHITECTURE_FIELDS}
     out.update({f: getattr(preset, f) for f in FILLED_FROM_PRESET if not row.get(f)})
+    if preset.num_attention_heads != row["num_attention_heads"]:
+        # the preset's KV heads group its own query heads: a row that states other query heads
+        # and no KV heads is read as the ModelSpec default, multi-head attention
+        out.pop("num_kv_heads", None)
     return out
 
 

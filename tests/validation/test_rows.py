@@ -170,3 +170,30 @@ def test_global_batch_derived_from_tokens_per_batch():
     assert res.resolved["global_batch_size"] == "micro_batch_size x dp x grad_accum_steps"
     assert res.predicted_tokens_per_second_per_gpu == predict_row({**BASE, "micro_batch_size": 1}).predicted_tokens_per_second_per_gpu
     assert predict_row(row).skipped.startswith("InputError: global_batch_size=None: required")
+
+
+def test_a_missing_tp_or_pp_comes_from_the_degrees_stated():
+    """Narayanan et al. 2021 Table 1 row 5 style: 16-way model parallel with pp 2 -> tp 8; or
+    dp 16 on 64 GPUs with pp 2 -> tp 2. The prediction is the one of the row that states it
+    (same inputs reach the cost model), and the report says what was derived."""
+    stated = {**BASE, "tp": 2, "pp": 2, "micro_batch_size": 1, "recompute": "full"}
+    want = predict_row(stated).predicted_tokens_per_second_per_gpu
+    from_dp = predict_row({**stated, "tp": None, "dp": 16})
+    assert from_dp.resolved["tp"] == "num_gpus / (dp x cp x pp)"
+    assert from_dp.predicted_tokens_per_second_per_gpu == want
+    from_mp = predict_row({**stated, "pp": None, "model_parallel_size": 4})
+    assert from_mp.resolved["pp"] == "model_parallel_size / tp"
+    assert from_mp.predicted_tokens_per_second_per_gpu == want
+    # nothing to derive it from: the default (1) stays, and nothing is reported as derived
+    assert "tp" not in predict_row({**stated, "tp": None}).resolved
+    assert normalize_row({**stated, "tp": None, "dp": 5})[0]["tp"] is None  # 64 / (5 x 2) is not whole
+
+
+def test_kv_heads_come_from_the_preset_only_for_its_own_query_heads():
+    """A row naming MPT-30B with 56 query heads and no KV heads (the preset has 64 MHA heads):
+    read as multi-head attention over the row's 56 heads, not the preset's 64 KV heads (which
+    do not divide 56). With the preset's 64 heads the preset's KV heads are taken."""
+    row = {**BASE, "model_name": "MPT-30b", "num_layers": 48, "hidden_size": 7168, "num_attention_heads": 56,
+           "num_kv_heads": None, "ffn_hidden_size": 28672}
+    assert row_model(row).kv_heads == 56
+    assert row_model({**row, "num_attention_heads": 64}).kv_heads == load_model("mpt-30b").kv_heads == 64
