@@ -53,7 +53,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   name it ran without it
 - global_batch_size: tokens_per_batch / seq_len, else micro_batch_size x dp x grad_accum_steps
   (the report lists the derivation under 'resolved'); numeric columns written as text ('1,024')
-  read as numbers, a zero_stage written as text ('ZeRO-3') as its stage
+  read as numbers, a zero_stage written as text ('ZeRO-3') as its stage, an mfu or hfu written
+  as a percentage ('38.2%', or a number above 1) as its fraction; dp, where the batch needs it
+  and the row has none, is num_gpus / (tp x pp x cp)
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
   preset has the row's query heads, else multi-head attention
@@ -130,15 +132,25 @@ def _number(column: str, value: Any, integer: bool) -> Any:
 
 def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The row with numeric columns written as text read as numbers, a 'ZeRO-3'-style
-    zero_stage read as its stage, a missing tp or pp derived from the degrees stated
+    zero_stage read as its stage, an mfu or hfu written as a percentage read as a fraction,
+    a missing tp or pp derived from the degrees stated
     (_missing_degree), and a missing global_batch_size derived from tokens_per_batch /
     seq_len or micro_batch_size x dp x grad_accum_steps (what each derivation was is returned,
     for the report). Raises InputError naming the column for a value that is not a number."""
     out = dict(row)
     for column in INTEGER_COLUMNS + FLOAT_COLUMNS:
-        if column in out:
+        if column in out and not (column in ("mfu", "hfu") and str(out[column]).strip().endswith("%")):
             out[column] = _number(column, out[column], column in INTEGER_COLUMNS)
     derived: dict[str, str] = {}
+    for column in ("mfu", "hfu"):
+        # a utilization is a fraction of peak: "38.2%" or 38.2 is a percentage
+        value = row.get(column)
+        if isinstance(value, str) and value.strip().endswith("%"):
+            out[column] = _number(column, value.strip()[:-1], False) / 100
+            derived[column] = "percent"
+        elif out.get(column) is not None and out[column] > 1:
+            out[column] = out[column] / 100
+            derived[column] = "percent (above 1)"
     zero = out.get("zero_stage")
     if isinstance(zero, str):
         stage = re.search(r"[0-3]", zero)
@@ -148,7 +160,8 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     derived.update(_missing_degree(out))
     if out.get("global_batch_size") is None and out.get("seq_len"):
         tokens, mbs, steps = out.get("tokens_per_batch"), out.get("micro_batch_size"), out.get("grad_accum_steps")
-        dp = out.get("dp") or out.get("dp_inferred")
+        ranks = (out.get("tp") or 1) * (out.get("pp") or 1) * (out.get("cp") or 1)
+        dp = out.get("dp") or out.get("dp_inferred") or (out.get("num_gpus") or 0) // ranks
         if tokens and tokens % out["seq_len"] == 0:
             out["global_batch_size"] = int(tokens // out["seq_len"])
             derived["global_batch_size"] = "tokens_per_batch / seq_len"

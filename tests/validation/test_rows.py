@@ -197,3 +197,21 @@ def test_kv_heads_come_from_the_preset_only_for_its_own_query_heads():
            "num_kv_heads": None, "ffn_hidden_size": 28672}
     assert row_model(row).kv_heads == 56
     assert row_model({**row, "num_attention_heads": 64}).kv_heads == load_model("mpt-30b").kv_heads == 64
+
+
+@pytest.mark.parametrize("written", ["38.2%", " 38.2 % ", 38.2, "38.2"])
+def test_mfu_written_as_a_percentage_is_read_as_a_fraction(written):
+    """MFU is a fraction of peak, so '38.2%' or 38.2 means 0.382: the measured tokens/s is the
+    one of the row that writes 0.382 (0.382 x 989.5 TFLOP/s / the model's FLOPs per token)."""
+    row = {k: v for k, v in BASE.items() if k != "tokens_per_sec_per_gpu"}
+    row |= {"peak_tflops_used_by_source": 989.5, "micro_batch_size": 1, "recompute": "full"}
+    want = predict_row({**row, "mfu": 0.382}).measured_tokens_per_second_per_gpu
+    res = predict_row({**row, "mfu": written})
+    assert res.skipped is None and res.measured_tokens_per_second_per_gpu == pytest.approx(want, rel=1e-12)
+    assert res.resolved["mfu"].startswith("percent")
+
+
+def test_batch_from_micro_batches_needs_no_dp_column():
+    """mbs 1 x (64 GPUs / tp 2 / pp 2 = 16 ranks) x 4 steps = 64 sequences, as BASE states."""
+    row = {k: v for k, v in BASE.items() if k != "global_batch_size"} | {"tp": 2, "pp": 2, "micro_batch_size": 1, "grad_accum_steps": 4}
+    assert normalize_row(row)[0]["global_batch_size"] == 64
