@@ -4,6 +4,7 @@ us = 1e-6 s)."""
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,11 @@ class ClusterSpec(_Strict):
         return self.model_copy(update={"num_nodes": num_gpus // self.gpus_per_node})
 
 
+def _gpu_key(name: str) -> str:
+    """A GPU name compared case-, space-, hyphen- and underscore-blind ('H800 SXM' = 'H800-SXM')."""
+    return re.sub(r"[\s_-]+", "", name.strip().lower())
+
+
 def _all_gpus() -> dict[str, GpuSpec]:
     out: dict[str, GpuSpec] = {}
     for stem, path in preset_files("gpus").items():
@@ -235,14 +241,14 @@ def _all_gpus() -> dict[str, GpuSpec]:
         except ValidationError as exc:
             raise InputError.from_validation(exc, f"gpu profile {path.name}") from None
         for key in [stem, spec.name, *spec.aliases]:
-            out[key.lower()] = spec
+            out[_gpu_key(key)] = spec
     return out
 
 
 def load_gpu(name: str) -> GpuSpec:
     """A GPU by preset name or alias (case-insensitive)."""
     table = _all_gpus()
-    spec = table.get(name.strip().lower())
+    spec = table.get(_gpu_key(name))
     if spec is None:
         raise ProfileNotFound("GPU", name, sorted({s.name for s in table.values()}))
     return spec

@@ -17,7 +17,7 @@ from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
 CLUSTER_FOR_GPU = {
-    "H100": "dgx-h100-superpod", "H200": "dgx-h200", "H800": "hgx-h800", "A100-80GB": "dgx-a100",
+    "H100": "dgx-h100-superpod", "H200": "dgx-h200", "H800": "hgx-h800", "A100-80GB": "dgx-a100", "A800": "dgx-a100",
     "A100-40GB": "dgx-a100-40gb", "B200": "dgx-b200", "B300": "dgx-b300", "GB200": "gb200-nvl72",
     "GB300": "gb300-nvl72", "V100": "dgx-a100",
 }
@@ -346,6 +346,12 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
     cluster = load_cluster(preset)
     if cluster.gpu.name != gpu.name:
         cluster = cluster.model_copy(update={"gpu": gpu})
+        if gpu.nvlink_gb_per_s and cluster.intra_node.kind == "nvlink" and gpu.nvlink_gb_per_s < cluster.intra_node.bandwidth_gb_per_s:
+            # a part with less NVLink than the preset's (A800 in a DGX A100 chassis) narrows the
+            # node's links; the preset's calibration measured the wider links, so the default
+            # efficiencies (profiles/cost/defaults.yaml comm) cost them instead
+            narrowed = cluster.intra_node.model_copy(update={"bandwidth_gb_per_s": gpu.nvlink_gb_per_s})
+            cluster = cluster.model_copy(update={"intra_node": narrowed, "calibration": None})
     per_node = row.get("gpus_per_node")
     # a smaller node than the preset's (e.g. 4-GPU PCIe boxes) narrows the NVLink domain; an
     # NVL72 rack's 4-GPU compute trays do not (the NVLink domain stays 72)

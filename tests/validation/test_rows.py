@@ -10,6 +10,7 @@ import pytest
 
 from autopar.cost.flops import total_params
 from autopar.specs import load_model
+from autopar.specs.hardware import load_gpu
 from autopar.validation import predict_row
 from autopar.validation.report import rank_agreement
 from autopar.validation.predict import RowResult
@@ -215,3 +216,25 @@ def test_batch_from_micro_batches_needs_no_dp_column():
     """mbs 1 x (64 GPUs / tp 2 / pp 2 = 16 ranks) x 4 steps = 64 sequences, as BASE states."""
     row = {k: v for k, v in BASE.items() if k != "global_batch_size"} | {"tp": 2, "pp": 2, "micro_batch_size": 1, "grad_accum_steps": 4}
     assert normalize_row(row)[0]["global_batch_size"] == 64
+
+
+def test_a800_is_an_a100_with_less_nvlink():
+    """A800 SXM4 (profiles/gpus/a800.yaml: the A100's die, HBM and clocks, NVLink 400 GB/s
+    bidirectional): an A800 row runs on the DGX A100 preset narrowed to 200 GB/s per direction,
+    so a TP 8 layout predicts slower than on the A100 (300 GB/s), and TP 1 FSDP within 2% of it
+    (only its intra-node share of the gradient traffic moves)."""
+    row = {**BASE, "model_name": "Llama 2 13B", "num_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+           "num_kv_heads": 40, "ffn_hidden_size": 13824, "seq_len": 4096, "tp": 8, "global_batch_size": 256,
+           "micro_batch_size": 1, "recompute": "none", "gpu_normalized": "A100-80GB"}
+    a800 = row_inputs({**row, "gpu_normalized": "A800 SXM4 80GB"}).cluster
+    assert (a800.gpu.name, a800.intra_node.bandwidth_gb_per_s) == ("A800", 200)
+    tp8 = [predict_row({**row, "gpu_normalized": g}).predicted_tokens_per_second_per_gpu for g in ("A100-80GB", "A800")]
+    assert tp8[1] < tp8[0]
+    fsdp = [predict_row({**row, "tp": 1, "zero_stage": 3, "gpu_normalized": g}).predicted_tokens_per_second_per_gpu
+            for g in ("A100-80GB", "A800")]
+    assert fsdp[1] == pytest.approx(fsdp[0], rel=0.02)
+
+
+@pytest.mark.parametrize("spelling", ["H800 SXM", "h800_sxm5", "NVIDIA H800"])
+def test_gpu_names_match_whatever_the_separators(spelling):
+    assert load_gpu(spelling).name == "H800"
