@@ -246,7 +246,7 @@ def _all_gpus() -> dict[str, GpuSpec]:
 
 
 def load_gpu(name: str) -> GpuSpec:
-    """A GPU by preset name or alias (case-insensitive)."""
+    """A GPU by preset name or alias (case, spaces, hyphens and underscores ignored)."""
     table = _all_gpus()
     spec = table.get(_gpu_key(name))
     if spec is None:

@@ -138,19 +138,17 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     seq_len or micro_batch_size x dp x grad_accum_steps (what each derivation was is returned,
     for the report). Raises InputError naming the column for a value that is not a number."""
     out = dict(row)
+    # a utilization is a fraction of peak: "38.2%", or 38.2 (above 1), is a percentage
+    written = {c for c in ("mfu", "hfu") if isinstance(out.get(c), str) and out[c].strip().endswith("%")}
+    out.update({c: out[c].strip()[:-1] for c in written})
     for column in INTEGER_COLUMNS + FLOAT_COLUMNS:
-        if column in out and not (column in ("mfu", "hfu") and str(out[column]).strip().endswith("%")):
+        if column in out:
             out[column] = _number(column, out[column], column in INTEGER_COLUMNS)
     derived: dict[str, str] = {}
     for column in ("mfu", "hfu"):
-        # a utilization is a fraction of peak: "38.2%" or 38.2 is a percentage
-        value = row.get(column)
-        if isinstance(value, str) and value.strip().endswith("%"):
-            out[column] = _number(column, value.strip()[:-1], False) / 100
-            derived[column] = "percent"
-        elif out.get(column) is not None and out[column] > 1:
+        if column in written or (out.get(column) or 0) > 1:
             out[column] = out[column] / 100
-            derived[column] = "percent (above 1)"
+            derived[column] = "percent" if column in written else "percent (above 1)"
     zero = out.get("zero_stage")
     if isinstance(zero, str):
         stage = re.search(r"[0-3]", zero)
