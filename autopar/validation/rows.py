@@ -132,11 +132,11 @@ def _number(column: str, value: Any, integer: bool) -> Any:
 
 def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The row with numeric columns written as text read as numbers, a 'ZeRO-3'-style
-    zero_stage read as its stage, an mfu or hfu written as a percentage read as a fraction,
-    a missing tp or pp derived from the degrees stated
-    (_missing_degree), and a missing global_batch_size derived from tokens_per_batch /
-    seq_len or micro_batch_size x dp x grad_accum_steps (what each derivation was is returned,
-    for the report). Raises InputError naming the column for a value that is not a number."""
+    zero_stage read as its stage, an mfu or hfu written as a percentage read as a fraction, a
+    missing tp or pp derived from the degrees stated (_missing_degree), and a missing
+    global_batch_size derived from tokens_per_batch / seq_len or micro_batch_size x dp x
+    grad_accum_steps (what each derivation was is returned, for the report). Raises InputError
+    naming the column for a value that is not a number."""
     out = dict(row)
     # a utilization is a fraction of peak: "38.2%", or 38.2 (above 1), is a percentage
     written = {c for c in ("mfu", "hfu") if isinstance(out.get(c), str) and out[c].strip().endswith("%")}
@@ -182,11 +182,12 @@ def _missing_degree(out: dict[str, Any]) -> dict[str, str]:
     if len(missing) != 1:
         return derived
     gone, other = missing[0], "pp" if missing[0] == "tp" else "tp"
-    known, mp, dp, gpus = out[other], out.get("model_parallel_size"), out.get("dp"), out.get("num_gpus")
+    known, mp, gpus = out[other], out.get("model_parallel_size"), out.get("num_gpus")
+    ranks = (out.get("dp") or 0) * (out.get("cp") or 1) * known  # 0 when dp is not stated
     if mp and mp % known == 0:
         out[gone], derived[gone] = mp // known, f"model_parallel_size / {other}"
-    elif dp and gpus and gpus % (dp * (out.get("cp") or 1) * known) == 0:
-        out[gone], derived[gone] = gpus // (dp * (out.get("cp") or 1) * known), f"num_gpus / (dp x cp x {other})"
+    elif ranks and gpus and gpus % ranks == 0:
+        out[gone], derived[gone] = gpus // ranks, f"num_gpus / (dp x cp x {other})"
     return derived
 
 
