@@ -182,6 +182,9 @@ class ClusterSpec(_Strict):
     def _check(self) -> "ClusterSpec":
         if self.num_nodes > 1 and self.nic_gb_per_s_per_gpu <= 0:
             raise ValueError(f"num_nodes={self.num_nodes} needs nic_gb_per_s_per_gpu > 0")
+        if self.intra_node.kind == LinkKind.nvlink and self.gpu.nvlink_gb_per_s is None and self.gpus_per_node > 1:
+            raise ValueError(f"intra_node.kind=nvlink: gpu {self.gpu.name} has no node-wide NVLink (a PCIe card): "
+                             f"give intra_node kind pcie at its PCIe rate ({self.gpu.pcie_gb_per_s} GB/s per direction)")
         return self
 
     @property

@@ -11,6 +11,7 @@ from typing import Any
 from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
 from autopar.specs._files import preset_files
+from autopar.specs.hardware import IntraNode
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
@@ -19,7 +20,7 @@ from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 CLUSTER_FOR_GPU = {
     "H100": "dgx-h100-superpod", "H200": "dgx-h200", "H800": "hgx-h800", "A100-80GB": "dgx-a100", "A800": "dgx-a100",
     "A100-40GB": "dgx-a100-40gb", "B200": "dgx-b200", "B300": "dgx-b300", "GB200": "gb200-nvl72",
-    "GB300": "gb300-nvl72", "V100": "dgx-a100",
+    "GB300": "gb300-nvl72", "V100": "dgx-a100", "H20": "dgx-h100-superpod", "GH200": "quad-gh200",
 }
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}
 GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi", re.I)
@@ -60,7 +61,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
   preset has the row's query heads, else multi-head attention
 - cp, ep, vpp: 1; etp: tp (Megatron default)
-- precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs)
+- precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs, 4 for GH200)
+- GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
+  label in gpu_normalized; a PCIe card's node talks over PCIe at the card's link rate
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
   torchtitan (torchtitan-compile when torch.compile is on); Composer/llm-foundry FSDP ->
   llm-foundry
@@ -200,10 +203,21 @@ def _family_vocab(name: str) -> int:
     return next((v for key, v in FAMILY_VOCAB if key in low), 50257)
 
 
-# GPU facts a row states in its gpu_type that change the part: the part's own profile
+# GPU facts a row states in its gpu_type that change the part: the part's own profile, and the GPU
+# whose cluster preset the run used. A runs file may label its rows with the nearest GPU of a fixed
+# list (fsdp_runs.json: "gpu_normalized H100-80GB is the nearest allowed label"), so a part named
+# in gpu_type (A800, H800, H20, GH200, a PCIe card) outranks the label.
 STATED_PARTS = (
     (re.compile(r"H100.*(96 ?GB|94-95 ?GB).*HBM2e", re.I), "H100-96GB-500W", "H100"),  # torchtitan Grand Teton, 500 W
     (re.compile(r"B200.*power limited", re.I), "B200-750W", "B200"),                    # torchao MX benchmarks
+    (re.compile(r"\bGH200\b.*(14[14] ?GB|HBM3e)", re.I), "GH200-144GB", "GH200"),
+    (re.compile(r"\bGH200\b|grace.?hopper", re.I), "GH200", "GH200"),
+    (re.compile(r"H100.*\bPCIe", re.I), "H100-PCIe", "H100"),
+    (re.compile(r"A100.*(\bPCIe.*\b40 ?GB|\b40 ?GB.*\bPCIe)", re.I), "A100-PCIe-40GB", "A100-80GB"),
+    (re.compile(r"A100.*\bPCIe", re.I), "A100-PCIe-80GB", "A100-80GB"),
+    (re.compile(r"\bA800\b", re.I), "A800", "A800"),
+    (re.compile(r"\bH800\b", re.I), "H800", "H800"),
+    (re.compile(r"\bH20\b", re.I), "H20", "H20"),
 )
 
 
@@ -351,6 +365,11 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
             # efficiencies (profiles/cost/defaults.yaml comm) cost them instead
             narrowed = cluster.intra_node.model_copy(update={"bandwidth_gb_per_s": gpu.nvlink_gb_per_s})
             cluster = cluster.model_copy(update={"intra_node": narrowed, "calibration": None})
+        elif gpu.nvlink_gb_per_s is None and gpu.pcie_gb_per_s and cluster.intra_node.kind == "nvlink":
+            # a PCIe card (no node-wide NVLink: profiles/gpus/h100-pcie.yaml) in the preset's node
+            # talks over PCIe at its own link rate, without NVLS; the calibration measured NVLink
+            pcie = IntraNode(kind="pcie", bandwidth_gb_per_s=gpu.pcie_gb_per_s, latency_us=cluster.intra_node.latency_us)
+            cluster = cluster.model_copy(update={"intra_node": pcie, "calibration": None})
     per_node = row.get("gpus_per_node")
     # a smaller node than the preset's (e.g. 4-GPU PCIe boxes) narrows the NVLink domain; an
     # NVL72 rack's 4-GPU compute trays do not (the NVLink domain stays 72)

@@ -31,3 +31,16 @@ def test_legacy_hbm_gb_keeps_its_bytes_and_one_capacity_only():
     assert GpuSpec.model_validate({**gpu, "hbm_gb": 80}).hbm_bytes == pytest.approx(80e9, rel=1e-12)
     with pytest.raises(ValidationError, match=r"hbm_gb=80 and hbm_gib=79.65: give one capacity"):
         GpuSpec.model_validate({**gpu, "hbm_gb": 80, "hbm_gib": 79.65})
+
+
+def test_a_pcie_card_cannot_sit_in_an_nvlink_node():
+    """H100 PCIe (profiles/gpus/h100-pcie.yaml: no node-wide NVLink, PCIe Gen5 64 GB/s per direction):
+    a cluster file that puts it on NVLink is refused with the field and the card's PCIe rate."""
+    from autopar.errors import InputError
+    from autopar.specs.hardware import cluster_from_mapping
+    node = {"name": "x", "gpu": "H100 PCIe", "gpus_per_node": 8, "num_nodes": 1, "nic_gb_per_s_per_gpu": 0,
+            "intra_node": {"kind": "nvlink", "bandwidth_gb_per_s": 450, "latency_us": 1.0}}
+    with pytest.raises(InputError, match=r"intra_node.kind=nvlink: gpu H100-PCIe has no node-wide NVLink .* \(64.0 GB/s"):
+        cluster_from_mapping(node)
+    pcie = cluster_from_mapping({**node, "intra_node": {"kind": "pcie", "bandwidth_gb_per_s": 64, "latency_us": 1.0}})
+    assert (pcie.gpu.peak_tflops.bf16, pcie.gpu.num_sms) == (756, 114)  # datasheet: 1,513 sparse / 2; 114 SMs

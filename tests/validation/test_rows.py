@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from autopar.cost.comm import Group, fabric
 from autopar.cost.flops import total_params
 from autopar.specs import load_model
 from autopar.specs.hardware import load_gpu
 from autopar.validation import predict_row
 from autopar.validation.report import rank_agreement
-from autopar.validation.predict import RowResult
+from autopar.validation.predict import RowResult, params_for_cluster
 from autopar.validation.rows import normalize_row, row_inputs, row_model
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -238,3 +239,43 @@ def test_a800_is_an_a100_with_less_nvlink():
 @pytest.mark.parametrize("spelling", ["H800 SXM", "h800_sxm5", "NVIDIA H800"])
 def test_gpu_names_match_whatever_the_separators(spelling):
     assert load_gpu(spelling).name == "H800"
+
+
+@pytest.mark.parametrize("stated, part, nvlink_gb_per_s", [
+    ("A800-SXM4-80GB", "A800", 200),           # profiles/gpus/a800.yaml: 400 GB/s bidirectional
+    ("NVIDIA H800 80GB HBM3", "H800", 200),    # profiles/gpus/h800.yaml, on the hgx-h800 preset
+    ("8x NVIDIA H20 96GB", "H20", 450),        # profiles/gpus/h20.yaml: full NVLink4
+])
+def test_a_part_named_in_gpu_type_outranks_the_nearest_label(stated, part, nvlink_gb_per_s):
+    """A runs file labels its rows with the nearest GPU of a fixed list (fsdp_runs.json: 'gpu_normalized
+    H100-80GB is the nearest allowed label'); the part gpu_type names is the one that ran."""
+    cluster = row_inputs({**BASE, "gpu_type": stated, "gpu_normalized": "A100-80GB"}).cluster
+    assert (cluster.gpu.name, cluster.intra_node.bandwidth_gb_per_s) == (part, nvlink_gb_per_s)
+
+
+def test_a_pcie_card_runs_its_node_on_pcie():
+    """H100 PCIe (profiles/gpus/h100-pcie.yaml, NVIDIA datasheet: 114 SMs, BF16 756 dense, 2.0 TB/s,
+    PCIe Gen5 64 GB/s per direction, no node-wide NVLink): the node's links become PCIe at 64 GB/s
+    without the NVLink calibration, so a ring in the node runs at 64 x 0.80 (pcie_efficiency) =
+    51.2 GB/s of bus bandwidth. TP 8 then pays its activations' all-reduces over PCIe and predicts
+    slower than the SXM part by more than the peaks' ratio 756 / 989.4 = 0.764."""
+    row = {**BASE, "model_name": "Llama 2 13B", "num_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+           "num_kv_heads": 40, "ffn_hidden_size": 13824, "seq_len": 4096, "tp": 8, "global_batch_size": 256,
+           "micro_batch_size": 1, "recompute": "none", "gpu_normalized": "H100-80GB"}
+    pcie = row_inputs({**row, "gpu_type": "H100 PCIe 80GB"}).cluster
+    assert (pcie.gpu.name, pcie.intra_node.kind.value, pcie.intra_node.bandwidth_gb_per_s, pcie.calibration) == ("H100-PCIe", "pcie", 64, None)
+    node = Group(size=8, per_node=8, nodes=1)
+    assert fabric(pcie, node, params_for_cluster(pcie, None)).intra_busbw == pytest.approx(51.2e9)
+    sxm, card = (predict_row({**row, "gpu_type": g}).predicted_tokens_per_second_per_gpu for g in ("H100 SXM", "H100 PCIe"))
+    assert card / sxm < 0.764 * 0.8
+
+
+def test_gh200_runs_on_quad_nodes():
+    """GH200 (profiles/gpus/gh200.yaml: H100 compute, 96 GB HBM3 at 4 TB/s) on the quad-GH200 preset
+    (cscs-docs Alps: four superchips and four NICs per node, no NVSwitch; NCCL issue 1272: 24.2 GB/s
+    sendrecv per GPU over Slingshot = one 200 Gb/s NIC per GPU)."""
+    cluster = row_inputs({**BASE, "gpu_type": "NVIDIA GH200 480GB", "gpu_normalized": "H100-80GB"}).cluster
+    assert (cluster.name, cluster.gpu.name, cluster.gpus_per_node, cluster.nic_gb_per_s_per_gpu, cluster.intra_node.sharp) == \
+        ("quad-gh200", "GH200", 4, 25, False)
+    assert cluster.gpu.hbm_bytes == pytest.approx(94.5 * 2**30)
+    assert row_inputs({**BASE, "gpu_type": "GH200 144GB HBM3e"}).cluster.gpu.hbm_bytes == pytest.approx(141 * 2**30)
