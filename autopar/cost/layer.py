@@ -66,7 +66,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     elif tr.flash_attention:  # the stack's fused kernel; backward work is 2.5x the forward's
         out["attn"], out["attn_bwd"] = flash_attention_seconds(batch, index, out["attn_flops"])
     else:  # batched GEMMs over the whole score matrix plus a memory-bound softmax
-        per_head = 2 * gemm_time(batch, T, tr.seq_len, m.head_size, "bf16")
+        per_head = 2 * gemm_time(batch, T, tr.seq_len, m.head_size, batch.cluster.gpu.half_dtype)
         scores = m.num_attention_heads / t.tp * T * tr.seq_len
         out["attn"] = per_head * m.num_attention_heads / t.tp + batch.hbm_seconds(scores * prm.attention.unfused_extra_bytes_per_score)
         out["attn_bwd"] = 2.5 * out["attn"]
@@ -304,7 +304,7 @@ def mamba_seconds(batch: Batch, flops: np.ndarray) -> tuple[np.ndarray, np.ndarr
     of its HBM traffic and its state products (`flops`, forward; backward twice) at the bf16 peak."""
     mb, p, t = batch.model.mamba, batch.params.attention.mamba, batch.tab
     states = mb.head_dim * mb.state_dim / mb.chunk_tokens
-    peak = batch.cluster.gpu.peak_flops_per_second("bf16")
+    peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)
 
     def moved(i: int) -> np.ndarray:
         per_head = p.element_bytes * (p.head_elements[i] * mb.head_dim + p.state_elements[i] * mb.state_dim) \
@@ -331,7 +331,7 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
     kernel = batch.stack.kernel(arch)
     e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch)
     curve = batch.params.attention.length_curve(kernel)
-    peak = batch.cluster.gpu.peak_flops_per_second("bf16")
+    peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)
     window = m.attention_window if m.is_local_attention_layer(index) else tr.seq_len
     cp = np.where(ring_context_parallel(batch), t.cp, 1)
     local = np.minimum(tr.seq_len / cp, window)  # the causal call's keys: the whole sequence, or a rank's 2c

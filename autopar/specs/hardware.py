@@ -113,6 +113,12 @@ class GpuSpec(_Strict):
     def supports(self, dtype: str) -> bool:
         return getattr(self.peak_tflops, dtype, None) is not None
 
+    @property
+    def half_dtype(self) -> str:
+        """The 16-bit tensor-core type attention and other half-precision kernels run in: bf16,
+        or fp16 on a part without bf16 (Volta)."""
+        return "bf16" if self.supports("bf16") else "fp16"
+
 
 class LinkKind(str, Enum):
     """Interconnect inside a node."""

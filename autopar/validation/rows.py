@@ -11,7 +11,7 @@ from typing import Any
 from autopar.errors import InputError
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
 from autopar.specs._files import preset_files
-from autopar.specs.hardware import IntraNode
+from autopar.specs.hardware import GpuSpec, IntraNode
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
@@ -20,7 +20,7 @@ from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 CLUSTER_FOR_GPU = {
     "H100": "dgx-h100-superpod", "H200": "dgx-h200", "H800": "hgx-h800", "A100-80GB": "dgx-a100", "A800": "dgx-a100",
     "A100-40GB": "dgx-a100-40gb", "B200": "dgx-b200", "B300": "dgx-b300", "GB200": "gb200-nvl72",
-    "GB300": "gb300-nvl72", "V100": "dgx-a100", "H20": "dgx-h100-superpod", "GH200": "quad-gh200",
+    "GB300": "gb300-nvl72", "V100": "dgx-2", "H20": "dgx-h100-superpod", "GH200": "quad-gh200",
 }
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}
 GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi", re.I)
@@ -61,7 +61,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
   preset has the row's query heads, else multi-head attention
 - cp, ep, vpp: 1; etp: tp (Megatron default)
-- precision: bf16; gpus_per_node: 8 (72 for NVL72 GPUs, 4 for GH200)
+- precision: bf16 (fp16 on a part without bf16: V100); gpus_per_node: 8 (72 for NVL72 GPUs,
+  4 for GH200, 16 for V100: DGX-2); attention unfused on V100 (FlashAttention needs sm_75+)
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
   label in gpu_normalized; a PCIe card's node talks over PCIe at the card's link rate
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
@@ -218,6 +219,8 @@ STATED_PARTS = (
     (re.compile(r"\bA800\b", re.I), "A800", "A800"),
     (re.compile(r"\bH800\b", re.I), "H800", "H800"),
     (re.compile(r"\bH20\b", re.I), "H20", "H20"),
+    (re.compile(r"V100.*SXM3|DGX-2H", re.I), "V100-SXM3", "V100"),
+    (re.compile(r"V100.*\b16 ?GB", re.I), "V100-16GB", "V100"),
 )
 
 
@@ -371,9 +374,9 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
             pcie = IntraNode(kind="pcie", bandwidth_gb_per_s=gpu.pcie_gb_per_s, latency_us=cluster.intra_node.latency_us)
             cluster = cluster.model_copy(update={"intra_node": pcie, "calibration": None})
     per_node = row.get("gpus_per_node")
-    # a smaller node than the preset's (e.g. 4-GPU PCIe boxes) narrows the NVLink domain; an
-    # NVL72 rack's 4-GPU compute trays do not (the NVLink domain stays 72)
-    if per_node and per_node < cluster.gpus_per_node <= 8:
+    # a smaller node than the preset's (e.g. 4-GPU PCIe boxes, an 8-GPU DGX-1 beside the 16-GPU
+    # DGX-2) narrows the NVLink domain; an NVL72 rack's 4-GPU compute trays do not (it stays 72)
+    if per_node and per_node < cluster.gpus_per_node <= 16:
         cluster = cluster.model_copy(update={"gpus_per_node": per_node})
     return cluster.with_gpus(int(row["num_gpus"]))
 
@@ -394,11 +397,22 @@ def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def row_training(row: dict[str, Any]) -> TrainingSpec:
-    precision = PRECISION.get(str(row.get("precision_normalized") or "bf16").lower(), "bf16")
+# FlashAttention runs on Turing (sm_75, FlashAttention 1.x) and newer only, and bf16 needs Ampere:
+# Dao-AILab/flash-attention README ('compatible only with Turing, Ampere, Ada, or Hopper GPUs';
+# 'bf16 requires Ampere, Ada, or Hopper GPUs'). A V100 run left its attention unfused and ran fp16.
+FLASH_MIN_COMPUTE_CAPABILITY = 7.5
+
+
+def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpec:
+    """The row's training inputs; gpu (the part that ran) settles what the row leaves out and
+    the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
+    stated = row.get("precision_normalized")
+    default = "fp16" if gpu is not None and not gpu.supports("bf16") else "bf16"
+    precision = PRECISION.get(str(stated or default).lower(), "bf16")
+    flash = not is_2021(row) and (gpu is None or gpu.compute_capability >= FLASH_MIN_COMPUTE_CAPABILITY)
     fields: dict[str, Any] = {
         "seq_len": row["seq_len"], "global_batch_size": row["global_batch_size"], "precision": Precision(precision),
-        "flash_attention": not is_2021(row), "stack": row_stack(row),
+        "flash_attention": flash, "stack": row_stack(row),
         "frozen_weights": str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter"),
     }
     if precision == "fp8":  # torchao's default was tensorwise until torchtitan dropped it (stack default rowwise)
@@ -572,7 +586,8 @@ def not_modelled(row: dict[str, Any], model: ModelSpec | None = None) -> str | N
 
 
 def row_inputs(row: dict[str, Any]) -> RowInputs:
-    model, cluster, training = row_model(row), row_cluster(row), row_training(row)
+    model, cluster = row_model(row), row_cluster(row)
+    training = row_training(row, cluster.gpu)
     fields, open_choices = row_plan_fields(row, model, training)
     return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model))
 

@@ -279,3 +279,20 @@ def test_gh200_runs_on_quad_nodes():
         ("quad-gh200", "GH200", 4, 25, False)
     assert cluster.gpu.hbm_bytes == pytest.approx(94.5 * 2**30)
     assert row_inputs({**BASE, "gpu_type": "GH200 144GB HBM3e"}).cluster.gpu.hbm_bytes == pytest.approx(141 * 2**30)
+
+
+def test_v100_rows_run_on_a_dgx2_in_fp16_without_flash_attention():
+    """V100 (profiles/clusters/dgx-2.yaml, Megatron-LM 2019 sec. 5: 16 V100 per DGX-2H on NVSwitch,
+    100 GB/s per server over 8 InfiniBand adapters = 6.25 GB/s per GPU). Volta has no bf16 and no
+    FlashAttention (Dao-AILab/flash-attention: Turing and newer), so a row that leaves them out ran
+    fp16 with unfused attention; a row on 8-GPU nodes (DGX-1) narrows the node."""
+    row = {**BASE, "gpu_type": "Tesla V100 SXM3 32GB (DGX-2H)", "gpu_normalized": "V100", "num_gpus": 512,
+           "tp": 8, "seq_len": 1024, "global_batch_size": 512, "recompute": "full"}
+    inputs = row_inputs(row)
+    assert (inputs.cluster.name, inputs.cluster.gpus_per_node, inputs.cluster.nic_gb_per_s_per_gpu) == ("dgx-2", 16, 6.25)
+    # Megatron-LM 2019 sec. 5.1: 39 TFLOP/s sustained on one DGX-2H V100 'is 30% of peak' -> 130
+    assert (inputs.cluster.gpu.name, inputs.cluster.gpu.peak_tflops.fp16) == ("V100-SXM3", 130)
+    assert (inputs.training.precision.value, inputs.training.flash_attention) == ("fp16", False)
+    assert predict_row(row).skipped is None
+    assert row_inputs({**row, "gpu_type": "V100 16GB", "gpus_per_node": 8}).cluster.gpus_per_node == 8
+    assert row_inputs({**row, "gpu_type": "V100 16GB"}).cluster.gpu.hbm_bytes == pytest.approx(15.78 * 2**30)
