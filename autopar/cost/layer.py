@@ -301,7 +301,7 @@ def mamba_seconds(batch: Batch, flops: np.ndarray) -> tuple[np.ndarray, np.ndarr
     convolution, the SSD chunked scan and the gated RMSNorm (mamba_ssm ssd_combined.py and
     Megatron-Core's mem-efficient path, profiles/cost/defaults.yaml attention.mamba), heads and
     groups split across TP as Megatron-Core's MambaMixer splits them. Each pass takes the longer
-    of its HBM traffic and its state products (`flops`, forward; backward twice) at the bf16 peak."""
+    of its HBM traffic and its state products (`flops`, forward; backward twice) at the 16-bit peak."""
     mb, p, t = batch.model.mamba, batch.params.attention.mamba, batch.tab
     states = mb.head_dim * mb.state_dim / mb.chunk_tokens
     peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)
