@@ -211,7 +211,7 @@ def _family_vocab(name: str) -> int:
 STATED_PARTS = (
     (re.compile(r"H100.*(96 ?GB|94-95 ?GB).*HBM2e", re.I), "H100-96GB-500W", "H100"),  # torchtitan Grand Teton, 500 W
     (re.compile(r"B200.*power limited", re.I), "B200-750W", "B200"),                    # torchao MX benchmarks
-    (re.compile(r"\bGH200\b.*(14[14] ?GB|HBM3e)", re.I), "GH200-144GB", "GH200"),
+    (re.compile(r"(\bGH200\b|grace.?hopper).*(14[14] ?GB|HBM3e)", re.I), "GH200-144GB", "GH200"),
     (re.compile(r"\bGH200\b|grace.?hopper", re.I), "GH200", "GH200"),
     (re.compile(r"H100.*\bPCIe", re.I), "H100-PCIe", "H100"),
     (re.compile(r"A100.*(\bPCIe.*\b40 ?GB|\b40 ?GB.*\bPCIe)", re.I), "A100-PCIe-40GB", "A100-80GB"),
@@ -408,7 +408,7 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
     stated = row.get("precision_normalized")
     default = "fp16" if gpu is not None and not gpu.supports("bf16") else "bf16"
-    precision = PRECISION.get(str(stated or default).lower(), "bf16")
+    precision = PRECISION.get(str(stated or default).lower(), default)  # an unknown spelling ('mixed'): the part's default
     flash = not is_2021(row) and (gpu is None or gpu.compute_capability >= FLASH_MIN_COMPUTE_CAPABILITY)
     fields: dict[str, Any] = {
         "seq_len": row["seq_len"], "global_batch_size": row["global_batch_size"], "precision": Precision(precision),
