@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autopar.cost.rules import legal_mask
-from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable
+from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
 from autopar.errors import InputError
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, Schedule, stage_layout
+from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, RecomputeModule, Schedule, stage_layout
+from autopar.specs.stack import load_stack
 from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
@@ -177,6 +178,18 @@ def ep_comm_options(ep: int, gpus_per_node: int, fixed: dict[str, object]) -> li
     return pairs
 
 
+def mla_modules(model, training) -> int:
+    """The modules (modules_code) the search's selective recompute names on an MLA model: RMSNorm,
+    MLA up-projection and, with MoE, the experts' SwiGLU output -- what DeepSeek-V3 recomputes
+    (DeepSeek-V3 report sec. 3.2.3; Megatron-Bridge's DeepSeek-V3 recipes: recompute_modules
+    ["moe_act", "layernorm", "mla_up_proj"]). NONE without MLA, or on a stack whose selective
+    recompute is per-op SAC (it names no modules)."""
+    if model.mla is None or load_stack(training.stack).selective_recompute == "per_op":
+        return NONE
+    names = [RecomputeModule.layernorm, RecomputeModule.mla_up_proj] + ([RecomputeModule.moe_act] if model.is_moe else [])
+    return modules_code(tuple(names))
+
+
 def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> dict[str, np.ndarray] | None:
     """The cartesian product of the remaining dimensions for one (tp, cp, pp), as columns."""
     per_replica = training.global_batch_size // dp if training.global_batch_size % dp == 0 else 1
@@ -191,8 +204,11 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
     # with pp > 1 gradients are reduced once per step (torch.distributed.pipelining, Megatron),
     # so ZeRO-2 keeps unsharded gradients like ZeRO-1: offer it only without pipelining
     zeros = [0, 1, 2, 3] if pp == 1 else [0, 1, 3]
+    # selective recompute: Megatron's default (core_attn) saves next to nothing under a fused
+    # attention kernel; on an MLA model it is the DeepSeek-V3 recipe instead (mla_modules)
+    mla_selective = mla_modules(model, training)
     recomputes = [RECOMPUTE.index(r) for r in _allowed("recompute", list(Recompute), fixed)
-                  if not (training.flash_attention and r == Recompute.selective)]
+                  if not (training.flash_attention and r == Recompute.selective and mla_selective == NONE)]
     algos = [CP_ALGO.index(a) for a in _allowed("cp_algo", [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring], fixed)]
     orders = [ORDER.index(o) for o in _allowed("order", list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp], fixed)]
     layouts = [(NONE, NONE)] + (end_stage_layouts(model.num_layers, pp) if opts.stage_layouts else [])
@@ -216,5 +232,6 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
         "tp_overlap": sp, "schedule": pipes_arr[pipe, 1], "cp_algo": algo, "order": order,
         "first": layouts_arr[lay, 0], "last": layouts_arr[lay, 1], "layout": full(NONE), "rc_stages": full(NONE),
         "reshard": full(int(pp == 1)), "grad_sync": np.where(microbatch_sync, GRAD_SYNC.index(GradSync.microbatch), GRAD_SYNC.index(GradSync.step)),
-        "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2], "rc_modules": full(NONE), "offload": full(NONE),
+        "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2], "offload": full(NONE),
+        "rc_modules": np.where(rc == RECOMPUTE.index(Recompute.selective), mla_selective, NONE),
     }

@@ -10,7 +10,7 @@ from autopar.cost.comm import Collective, sm_slowdown
 from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms, projection_shares
 from autopar.cost.gemm import gemm_seconds
-from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, qkv_bytes, query_elements
+from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, mla_latent_widths, qkv_bytes, query_elements
 from autopar.cost.moe import (dispatch_seconds, expert_load_factor, moe_elementwise_bytes, overlap_exposed, routed_tokens,
                               sort_permutations)
 from autopar.cost.table import CP_ALGO, vmap
@@ -38,9 +38,11 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out = {"gemm": sum(times)}
     out["gemm_flops"] = sum(g.flops for g in gemms)
     # forward GEMM seconds and FLOPs of the submodules selective recompute may name (RecomputeModule)
-    for key, prefix in (("mlp", "mlp/"), ("moe", "moe/"), ("shared", "moe/shared")):
-        out[f"gemm_{key}"] = sum((tm for g, tm in zip(gemms, times) if g.name.startswith(prefix)), np.zeros(len(t)))
-        out[f"flops_{key}"] = sum((g.flops for g in gemms if g.name.startswith(prefix)), 0.0)
+    # (mla_up: what MLA's up-projection checkpoint reruns, the full-rank Q projection included)
+    for key, of in (("mlp", lambda n: n.startswith("mlp/")), ("moe", lambda n: n.startswith("moe/")),
+                    ("shared", lambda n: n.startswith("moe/shared")), ("mla_up", lambda n: n in MLA_UP_GEMMS)):
+        out[f"gemm_{key}"] = sum((tm for g, tm in zip(gemms, times) if of(g.name)), np.zeros(len(t)))
+        out[f"flops_{key}"] = sum((g.flops for g in gemms if of(g.name)), 0.0)
     # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
     # gradients M x N): memory-bound work on top of the GEMM (Transformer Engine)
     cast = prm.memory.low_precision_cast_bytes_per_element if dtype in ("fp8", "fp4") else 0.0
@@ -84,6 +86,11 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     # element-wise forward work of the recomputable submodules: the norms (read and write
     # T h each), the activation function (3 B per F element as above), the MoE router and permutes
     out["norm_elem"] = batch.hbm_seconds(blocks * 2 * B * T * m.hidden_size / batch.sp_divisor)
+    # MLA's up-projection checkpoint also reruns the latent norms (read and write each latent)
+    # and RoPE with the concatenation that writes Q and K whole (read and write once)
+    latent, _ = mla_latent_widths(batch)
+    qk_width = 2 * m.num_attention_heads / t.tp * m.head_size if m.mla is not None and softmax else 0.0
+    out["mla_up_elem"] = batch.hbm_seconds(2 * B * T * (latent / batch.sp_divisor + qk_width))
     out["act_elem"] = batch.hbm_seconds(3 * B * T * f_act)
     if m.is_moe_layer(index):
         routed_f = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp
@@ -141,6 +148,8 @@ def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float
 # the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row
 # parallel, ReduceScatter after) and the 'bulk' method (backward dgrad and wgrad of the column
 # parallel GEMMs, beside their ReduceScatter / AllGather)
+# the GEMMs of an MLA layer's up-projection checkpoint (Megatron-Core qkv_up_proj_and_rope_apply)
+MLA_UP_GEMMS = ("attention/q", "attention/q_up", "attention/kv_up")
 USERBUFFERS_PIPELINE = ("attention/out", "linear/out", "mamba/out", "mlp/fc2", "moe/shared_fc2")
 USERBUFFERS_BULK = ("attention/qkv", "linear/in_proj", "mamba/in_proj", "mlp/fc1", "moe/shared_fc1")
 
@@ -470,4 +479,7 @@ def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, no_softmax
         "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),
         "rc_moe_act": f["moe_act_elem"], "rcf_moe_act": zero,
         "rc_shared_experts": f["gemm_shared"] if moe_layer else zero, "rcf_shared_experts": zero + (f["flops_shared"] if moe_layer else 0.0),
+        # MLA: the Q (or full-rank Q) and KV up-projections, the latent norms and RoPE (none
+        # without MLA or softmax attention: gemm_mla_up and mla_up_elem are 0 there)
+        "rc_mla_up_proj": f["gemm_mla_up"] + f["mla_up_elem"], "rcf_mla_up_proj": zero + f["flops_mla_up"],
     }

@@ -155,9 +155,31 @@ def _mixer_activation_bytes(batch: Batch, index: int) -> np.ndarray:
         return mamba_activation_bytes(batch)
     if m.is_linear_attention_layer(index):
         return linear_attention_activation_bytes(batch)
+    stored = qkv_bytes(batch) + attention_output_bytes(batch) + mla_latent_bytes(batch)
     if batch.training.flash_attention:  # fp32 softmax log-sum-exp per query and head
-        return qkv_bytes(batch) + attention_output_bytes(batch) + 4 * T * m.num_attention_heads / batch.tab.tp
-    return qkv_bytes(batch) + attention_output_bytes(batch) + attention_core_bytes(batch)
+        return stored + 4 * T * m.num_attention_heads / batch.tab.tp
+    return stored + attention_core_bytes(batch)
+
+
+def mla_latent_widths(batch: Batch) -> tuple[float, float]:
+    """(latent elements per token that norms and up-projections read, the RoPE key part) of an
+    MLA layer: the Q latent (none with a full-rank Q) and the joint KV latent, and the shared
+    RoPE key; (0, 0) without MLA."""
+    mla = batch.model.mla
+    if mla is None:
+        return 0.0, 0.0
+    return float((mla.q_lora_rank or 0) + mla.kv_lora_rank), float(mla.qk_rope_head_dim)
+
+
+def mla_latent_bytes(batch: Batch) -> np.ndarray | float:
+    """What an MLA layer keeps of its latents per micro-batch on a TP rank: the down-projections'
+    outputs (the latent norms' inputs, and the RoPE key) at the activation width and the normed
+    latents (the up-projections' inputs) at the GEMM-input width. The down-projections run on
+    the sequence-parallel shard (Megatron-Core multi_latent_attention.py: 'kv_compressed: [s / TP,
+    b, kv_lora_rank]'); 0 without MLA."""
+    latent, rope = mla_latent_widths(batch)
+    B, Bi = batch.training.activation_bytes, gemm_input_bytes(batch)
+    return ((B + Bi) * latent + B * rope) * batch.tokens / batch.sp_divisor
 
 
 def mamba_activation_bytes(batch: Batch) -> np.ndarray:
@@ -240,7 +262,8 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     (QKV and MLP inputs); mlp: a dense layer's fc1 output(s) and activation output; moe: router
     probabilities, the routed copies and the experts' and shared experts' intermediates (the
     checkpoint keeps the layer input); moe_act: the experts' activation output; shared_experts:
-    the shared experts' intermediates."""
+    the shared experts' intermediates; mla_up_proj: MLA's Q, K, V and normed latents (the
+    up-projections' outputs and inputs)."""
     m, t = batch.model, batch.tab
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     Bi = gemm_input_bytes(batch)  # the inputs of linear layers (norm outputs, activation outputs)
@@ -252,6 +275,11 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
         core = 0.0  # core_attn names the softmax attention's core; a Gated DeltaNet or Mamba-2 layer has none
     norms = m.layer_norms(index) * Bi * T * m.hidden_size / tsp
     out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), norms, 0.0)
+    if m.mla is not None and m.has_softmax_attention(index):
+        # the checkpoint keeps its inputs (the latents and the RoPE key at the activation width)
+        latent, _ = mla_latent_widths(batch)
+        up = qkv_bytes(batch) + Bi * latent * T / tsp
+        out = out + np.where(on(RecomputeModule.mla_up_proj), up, 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_copies(batch)

@@ -10,10 +10,10 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.cost.table import CP_ALGO, PlanTable, SCHEDULE, layout_groups
+from autopar.cost.table import CP_ALGO, PlanTable, SCHEDULE, has_module, layout_groups
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Plan, Schedule
+from autopar.specs.plan import CpAlgo, Plan, RecomputeModule, Schedule
 from autopar.specs.training import TrainingSpec
 from autopar.errors import InputError
 
@@ -105,6 +105,8 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"zero-bubble (ZB-H2) fills the bubble only with micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) >= 2 * pp({r['pp']})"),
     Rule("plan.zero_shard_size", "shard", lambda m, c, tr, t: (t.shard > 0) & ((t.dp * t.cp) % np.maximum(t.shard, 1) != 0),
          lambda m, tr, r: f"must divide dp*cp={r['dp'] * r['cp']}"),
+    Rule("plan.recompute_modules", "rc_modules", lambda m, c, tr, t: (m.mla is None) & has_module(t.rc_modules, RecomputeModule.mla_up_proj),
+         lambda m, tr, r: "mla_up_proj needs multi-latent attention (the model has no mla; Megatron-Core: 'mla_up_proj' requires multi_latent_attention)"),
     Rule("plan.recompute_num_layers", "recompute_layers", lambda m, c, tr, t: (t.recompute_layers > 0) & (t.recompute != 2),
          lambda m, tr, r: "needs recompute=full"),
     Rule("precision", "tp", lambda m, c, tr, t: np.full(len(t), tr.precision.value not in ("bf16", "fp16") and not c.gpu.supports(tr.precision.value)),
@@ -133,5 +135,7 @@ def plan_violations(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     for rule in RULES:
         if bool(np.asarray(rule.broken(model, cluster, training, tab)).reshape(-1)[0]):
             value = getattr(plan, rule.field.split(".")[-1], None) if rule.field.startswith("plan.") else training.precision.value
+            if isinstance(value, tuple):  # recompute_modules / offload_modules in their text form
+                value = "+".join(getattr(v, "value", str(v)) for v in value)
             out.append((rule.field, row.get(rule.column) if value is None else value, rule.message(model, training, row)))
     return out

@@ -31,7 +31,7 @@ class Recompute(str, Enum):
 
 class RecomputeModule(str, Enum):
     """A submodule that selective recompute recomputes (Megatron-Core TransformerConfig
-    recompute_modules; --recompute-modules). Output-discarding checkpoints: layernorm, moe_act;
+    recompute_modules; --recompute-modules). Output-discarding checkpoints: layernorm, moe_act, mla_up_proj;
     normal checkpoints (only the module's input kept): core_attn, mlp, moe, shared_experts."""
 
     core_attn = "core_attn"
@@ -46,9 +46,14 @@ class RecomputeModule(str, Enum):
     """The experts' activation function: its output is not stored."""
     shared_experts = "shared_experts"
     """The shared experts of a MoE layer."""
+    mla_up_proj = "mla_up_proj"
+    """Multi-latent attention's up-projections and RoPE: Q, K and V are not stored, only the
+    latents they are rebuilt from (output-discarding; Megatron-Core MLA qkv_up_checkpoint, a
+    CheckpointWithoutOutput; DeepSeek-V3 report sec. 3.2.3 'Recomputation of RMSNorm and MLA
+    Up-Projection'). Needs an MLA model."""
 
 
-RECOMPUTE_MODULE_ALIASES = {"norm": "layernorm", "act": "moe_act", "shared_expert": "shared_experts", "attn": "core_attn",
+RECOMPUTE_MODULE_ALIASES = {"norm": "layernorm", "act": "moe_act", "mla_up": "mla_up_proj", "shared_expert": "shared_experts", "attn": "core_attn",
                             "core_attention": "core_attn"}
 
 

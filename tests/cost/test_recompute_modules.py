@@ -102,3 +102,58 @@ def test_modelzoo_long_context_rows_fit_with_their_recompute_modules():
         result = predict_row(row)
         assert result.feasible, row["id"]
         assert abs(result.error) < 0.20, (row["id"], result.error)
+
+
+# A DeepSeek-V3-shaped MLA layer (DeepSeek-V3 config.json: 128 heads, q_lora_rank 1536,
+# kv_lora_rank 512, qk_nope 128 + qk_rope 64 = 192-wide Q/K heads, v_head_dim 128), dense MLP
+MLA = ModelSpec.model_validate({
+    "name": "mla-test", "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "num_kv_heads": 128,
+    "head_dim": 192, "ffn_hidden_size": 18432, "vocab_size": 129280,
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}})
+
+
+def _mla_batch(plan_text, node, params):
+    training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True)
+    return make_batch(MLA, node, training, [parse_plan(plan_text)], params)
+
+
+def test_mla_up_proj_drops_qkv_and_normed_latents(h100_node, params):
+    """Megatron-Core's MLA up-projection checkpoint (CheckpointWithoutOutput) frees Q, K, V and
+    keeps only its inputs, the latents. tp=1, bf16 (2 B), one micro-batch of T = 4,096 tokens:
+    Q, K, V as the attention kernel receives them: 2 B x T x (128 + 2 x 128) heads x 192
+    = 603,979,776 B; the normed latents (the up-projections' inputs): 2 B x T x (1536 + 512)
+    = 16,777,216 B. Stored without recompute besides: the raw latents and RoPE key, 2 B x T x
+    (1536 + 512 + 64)."""
+    b = _mla_batch("tp=1,recompute=selective,recompute_modules=mla_up_proj", h100_node, params)
+    assert module_dropped_bytes(b, 0)[0] == pytest.approx(2 * S * 384 * 192 + 2 * S * 2048, rel=1e-12)
+    assert module_dropped_bytes(b, 0)[0] == pytest.approx(603_979_776 + 16_777_216, rel=1e-12)
+    none = _mla_batch("tp=1,recompute=none", h100_node, params)
+    dense = ModelSpec.model_validate({**MLA.model_dump(), "mla": None, "name": "mha-test"})
+    mha = make_batch(dense, h100_node, TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True),
+                     [parse_plan("tp=1,recompute=none")], params)
+    # an MLA layer over an MHA layer of the same 192-wide heads: it stores its latents, (2 + 2) B x
+    # (1536 + 512) + 2 B x 64 per token, and a 128-wide attention output, 2 B x 128 x (192 - 128) less
+    assert layer_activation_bytes(none, 0)[0] - layer_activation_bytes(mha, 0)[0] == pytest.approx(
+        S * (4 * 2048 + 2 * 64) - 2 * S * 128 * 64, rel=1e-12)
+
+
+def test_mla_up_proj_reruns_the_up_projections(h100_node, params):
+    """The recompute term is the forward of the Q and KV up-projections (Q: 1536 -> 128 x 192,
+    KV: 512 -> 128 x (128 + 128)) plus the latent norms and RoPE: its FLOPs are exactly
+    2 T (1536 x 24576 + 512 x 32768) = 4.47e11 per layer and 4,096 tokens (mbs 8 here)."""
+    b = _mla_batch("tp=1,mbs=8,recompute=selective,recompute_modules=mla_up_proj", h100_node, params)
+    parts = layer_parts(b, 0)
+    assert parts["rcf_mla_up_proj"][0] == pytest.approx(8 * 2 * S * (1536 * 24576 + 512 * 32768), rel=1e-12)
+    # no faster than the H100's 989 TFLOP/s; the up-projections are 8.2% of the layer's forward
+    # FLOPs (per token 2 x 54.5M of 1.335G: projections 583M x 2, causal attention core 168M)
+    assert parts["rcf_mla_up_proj"][0] / 989.4e12 < parts["rc_mla_up_proj"][0] < 0.15 * parts["fwd"][0]
+    training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True)
+    est = estimate(MLA, h100_node, training, parse_plan("tp=1,mbs=8,recompute=selective,recompute_modules=mla_up_proj"), params)
+    assert est.time_breakdown["recompute"] == pytest.approx(MLA.num_layers * parts["rc_mla_up_proj"][0], rel=1e-6)
+
+
+def test_mla_up_proj_needs_mla(h100_node, params):
+    training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True)
+    with pytest.raises(InputError, match="mla_up_proj needs multi-latent attention"):
+        estimate(MOE, h100_node, training, parse_plan("tp=1,recompute=selective,recompute_modules=mla_up_proj"), params)
+    assert parse_plan("recompute=selective,recompute_modules=mla_up").recompute_modules == (RecomputeModule.mla_up_proj,)

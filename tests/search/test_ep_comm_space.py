@@ -4,6 +4,7 @@ the plain AllToAll everywhere, any pair by --fix."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autopar.cost import estimate
@@ -72,3 +73,35 @@ def test_ep_overlap_on_a_dense_model_names_the_rule():
     t = TrainingSpec(seq_len=4096, global_batch_size=32)
     with pytest.raises(InputError, match="fix.ep_overlap.*has no experts"):
         enumerate_space(m, c, t, SpaceOptions(fixed={"ep_overlap": 1}))
+
+
+def test_mla_space_offers_deepseek_selective_recompute():
+    """On an MLA model the search's selective recompute is DeepSeek-V3's (report sec. 3.2.3:
+    RMSNorm, MLA up-projection, the experts' SwiGLU output); elsewhere Megatron's core_attn
+    selective is left out under a fused attention kernel, and torchtitan's per-op SAC names no
+    modules. Each MLA selective plan costs as the same plan written out with its modules."""
+    from autopar.cost.table import RECOMPUTE, modules_code
+    from autopar.specs.plan import Recompute, RecomputeModule
+    selective = RECOMPUTE.index(Recompute.selective)
+    m, c = load_model("deepseek-v2-lite"), load_cluster("dgx-h100").with_gpus(16)
+    t = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16)
+    tab = enumerate_space(m, c, t, SpaceOptions(fixed={"tp": 1, "pp": 1, "mbs": 1, "zero": 1}))
+    code = modules_code((RecomputeModule.layernorm, RecomputeModule.mla_up_proj, RecomputeModule.moe_act))
+    sel = tab.recompute == selective
+    assert sel.any() and set(tab.rc_modules[sel].tolist()) == {code}
+    row = int(np.flatnonzero(sel)[0])
+    plan = tab.plan(row)
+    assert plan.recompute_modules == (RecomputeModule.layernorm, RecomputeModule.moe_act, RecomputeModule.mla_up_proj)
+    one = estimate(m, c, t, parse_plan(plan.text()))
+    full = estimate(m, c, t, parse_plan(plan.text().replace("recompute=selective", "recompute=full").split(",recompute_modules")[0]))
+    assert one.memory_bytes_per_gpu < estimate(m, c, t, parse_plan(plan.text().split(",recompute_modules")[0].replace(
+        "recompute=selective", "recompute=none"))).memory_bytes_per_gpu
+    assert one.step_seconds < full.step_seconds
+    # a model without MLA keeps no selective row under flash attention (Megatron's stack)
+    mx, cx = load_model("mixtral-8x7b"), load_cluster("dgx-h100").with_gpus(64)
+    tx = TrainingSpec(seq_len=4096, global_batch_size=256, precision=Precision.bf16)
+    assert not (enumerate_space(mx, cx, tx, SpaceOptions(fixed={"tp": 2, "pp": 1})).recompute == selective).any()
+    # torchtitan's per-op SAC: selective rows name no modules
+    tt = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, stack="torchtitan")
+    tab_tt = enumerate_space(m, c, tt, SpaceOptions(fixed={"tp": 1, "pp": 1, "mbs": 1, "zero": 1}))
+    assert (tab_tt.rc_modules[tab_tt.recompute == selective] < 0).all() or not (tab_tt.recompute == selective).any()
