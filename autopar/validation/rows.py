@@ -66,7 +66,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
   label in gpu_normalized; a PCIe card's node talks over PCIe at the card's link rate
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
-  torchtitan (torchtitan-compile when torch.compile is on); Composer/llm-foundry FSDP ->
+  torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or
+  'compile' in the precision or variant, or notes / software version saying 'torch.compile
+  enabled', 'compile on', 'compile from <toml>' and not 'compile off'); Composer/llm-foundry FSDP ->
   llm-foundry
 - sequence_parallel: on when tp > 1 (Megatron-Core and NeMo default), off for 2021 software
 - ZeRO: 3 for FSDP rows; 1 (distributed optimizer) for Megatron/NeMo rows from 2022 on; 0 for 2021 software
@@ -240,12 +242,23 @@ def is_2021(row: dict[str, Any]) -> bool:
     return "2021" in str(row.get("software_version") or "") or str(row.get("source_group", "")).endswith("2021_table1")
 
 
+# torch.compile as a row's notes or software version state it ("torch.compile enabled",
+# "train_configs/llama3_405b.toml: compile on", "compile from llama3_405b.toml"; "torch.compile off")
+COMPILE_OFF = re.compile(r"\b(?:torch\.)?compile\s*(?:off|disabled|=\s*false)|\b(?:without|no)\s+(?:torch\.)?compile\b", re.I)
+COMPILE_ON = re.compile(r"\b(?:torch\.)?compile\s*(?:on|enabled|=\s*true)\b|\bcompile from\b|\bwith torch\.compile\b", re.I)
+
+
+def _states_compile(row: dict[str, Any]) -> bool:
+    text = " ".join(str(row.get(k) or "") for k in ("software_version", "notes", "extra_layout"))
+    return not COMPILE_OFF.search(text) and bool(COMPILE_ON.search(text))
+
+
 def row_stack(row: dict[str, Any]) -> Stack:
     software = _text(row, "software")
     if "torchtitan" in software:
         compiled = (row.get("other_metrics") or {}).get("torch_compile")
         if compiled is None:
-            compiled = "compile" in _text(row, "precision", "variant", "id")
+            compiled = "compile" in _text(row, "precision", "variant", "id") or _states_compile(row)
         return Stack.torchtitan_compile if compiled else Stack.torchtitan
     if "composer" in software or "foundry" in software:
         return Stack.llm_foundry

@@ -304,3 +304,22 @@ def test_v100_rows_run_on_a_dgx2_in_fp16_without_flash_attention():
     assert predict_row(row).skipped is None
     assert row_inputs({**row, "gpu_type": "V100 16GB", "gpus_per_node": 8}).cluster.gpus_per_node == 8
     assert row_inputs({**row, "gpu_type": "V100 16GB"}).cluster.gpu.hbm_bytes == pytest.approx(15.78 * 2**30)
+
+
+@pytest.mark.parametrize("fields, compiled", [
+    ({"notes": "FSDP=256; num_gpus=256 used. torch.compile enabled. global_batch_size = ..."}, True),  # torchtitan mxfp8 doc rows
+    ({"software_version": "torchtitan Aug 2024 (train_configs/llama3_405b.toml: compile on, TP 8)"}, True),
+    ({"notes": "seq_len 8192 and compile from llama3_405b.toml at this commit"}, True),
+    ({"notes": "FSDP2 1D. torch.compile off and bf16 params / fp32 reduce"}, False),  # torchtitan A100 rows
+    ({"notes": "run without torch.compile", "software_version": "compile on in the toml"}, False),  # off wins
+    ({"notes": "median tokens/s"}, False),
+    ({"variant": "fsdp_torch.compile"}, True),
+    ({"notes": "torch.compile enabled", "other_metrics": {"torch_compile": False}}, False),  # the flag column wins
+])
+def test_torchtitan_compile_read_from_the_row(fields, compiled):
+    """torch.compile is a named stack mechanism (fused element-wise kernels, async TP): a row
+    that states it in its notes or software version runs the compiled stack."""
+    from autopar.specs.training import Stack
+    from autopar.validation.rows import row_stack
+    row = {"software": "torchtitan", "id": "r", **fields}
+    assert row_stack(row) == (Stack.torchtitan_compile if compiled else Stack.torchtitan)
