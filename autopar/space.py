@@ -182,11 +182,13 @@ def mla_modules(model, training) -> int:
     """The modules (modules_code) the search's selective recompute names on an MLA model: RMSNorm,
     MLA up-projection and, with MoE, the experts' SwiGLU output -- what DeepSeek-V3 recomputes
     (DeepSeek-V3 report sec. 3.2.3; Megatron-Bridge's DeepSeek-V3 recipes: recompute_modules
-    ["moe_act", "layernorm", "mla_up_proj"]). NONE without MLA, or on a stack whose selective
-    recompute is per-op SAC (it names no modules)."""
+    ["moe_act", "layernorm", "mla_up_proj"]), with core_attn under unfused attention. NONE
+    without MLA, or on a stack whose selective recompute is per-op SAC (it names no modules)."""
     if model.mla is None or load_stack(training.stack).selective_recompute == "per_op":
         return NONE
     names = [RecomputeModule.layernorm, RecomputeModule.mla_up_proj] + ([RecomputeModule.moe_act] if model.is_moe else [])
+    if not training.flash_attention:  # unfused attention: the score tensors too (Megatron's default)
+        names.append(RecomputeModule.core_attn)
     return modules_code(tuple(names))
 
 

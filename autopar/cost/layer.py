@@ -145,11 +145,12 @@ def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float
     return total
 
 
+# the GEMMs of an MLA layer's up-projection checkpoint (Megatron-Core qkv_up_proj_and_rope_apply)
+MLA_UP_GEMMS = ("attention/q", "attention/q_up", "attention/kv_up")
+
 # the GEMMs Transformer Engine's userbuffers overlap with the 'pipeline' method (forward, row
 # parallel, ReduceScatter after) and the 'bulk' method (backward dgrad and wgrad of the column
 # parallel GEMMs, beside their ReduceScatter / AllGather)
-# the GEMMs of an MLA layer's up-projection checkpoint (Megatron-Core qkv_up_proj_and_rope_apply)
-MLA_UP_GEMMS = ("attention/q", "attention/q_up", "attention/kv_up")
 USERBUFFERS_PIPELINE = ("attention/out", "linear/out", "mamba/out", "mlp/fc2", "moe/shared_fc2")
 USERBUFFERS_BULK = ("attention/qkv", "linear/in_proj", "mamba/in_proj", "mlp/fc1", "moe/shared_fc1")
 

@@ -105,3 +105,15 @@ def test_mla_space_offers_deepseek_selective_recompute():
     tt = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, stack="torchtitan")
     tab_tt = enumerate_space(m, c, tt, SpaceOptions(fixed={"tp": 1, "pp": 1, "mbs": 1, "zero": 1}))
     assert (tab_tt.rc_modules[tab_tt.recompute == selective] < 0).all() or not (tab_tt.recompute == selective).any()
+
+
+def test_mla_selective_keeps_core_attn_under_unfused_attention():
+    from autopar.cost.table import modules_of
+    from autopar.space import mla_modules
+    from autopar.specs.plan import RecomputeModule as R
+    m = load_model("deepseek-v2-lite")
+    fused = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16)
+    unfused = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, flash_attention=False)
+    assert modules_of(mla_modules(m, fused)) == (R.layernorm, R.moe_act, R.mla_up_proj)
+    assert modules_of(mla_modules(m, unfused)) == (R.core_attn, R.layernorm, R.moe_act, R.mla_up_proj)
+    assert mla_modules(load_model("mixtral-8x7b"), fused) < 0  # NONE: no MLA
