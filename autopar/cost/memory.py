@@ -171,15 +171,21 @@ def mla_latent_widths(batch: Batch) -> tuple[float, float]:
     return float((mla.q_lora_rank or 0) + mla.kv_lora_rank), float(mla.qk_rope_head_dim)
 
 
+def mla_normed_latent_bytes(batch: Batch) -> np.ndarray | float:
+    """The normed latents an MLA layer keeps per micro-batch on a TP rank (the up-projections'
+    inputs, at the GEMM-input width): what the up-projection checkpoint drops besides Q, K, V.
+    The down-projections run on the sequence-parallel shard (Megatron-Core
+    multi_latent_attention.py: 'kv_compressed: [s / TP, b, kv_lora_rank]'); 0 without MLA."""
+    latent, _ = mla_latent_widths(batch)
+    return gemm_input_bytes(batch) * latent * batch.tokens / batch.sp_divisor
+
+
 def mla_latent_bytes(batch: Batch) -> np.ndarray | float:
     """What an MLA layer keeps of its latents per micro-batch on a TP rank: the down-projections'
-    outputs (the latent norms' inputs, and the RoPE key) at the activation width and the normed
-    latents (the up-projections' inputs) at the GEMM-input width. The down-projections run on
-    the sequence-parallel shard (Megatron-Core multi_latent_attention.py: 'kv_compressed: [s / TP,
-    b, kv_lora_rank]'); 0 without MLA."""
+    outputs (the latent norms' inputs, and the RoPE key) at the activation width, and the normed
+    latents (mla_normed_latent_bytes); 0 without MLA."""
     latent, rope = mla_latent_widths(batch)
-    B, Bi = batch.training.activation_bytes, gemm_input_bytes(batch)
-    return ((B + Bi) * latent + B * rope) * batch.tokens / batch.sp_divisor
+    return batch.training.activation_bytes * (latent + rope) * batch.tokens / batch.sp_divisor + mla_normed_latent_bytes(batch)
 
 
 def mamba_activation_bytes(batch: Batch) -> np.ndarray:
@@ -277,9 +283,7 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), norms, 0.0)
     if m.mla is not None and m.has_softmax_attention(index):
         # the checkpoint keeps its inputs (the latents and the RoPE key at the activation width)
-        latent, _ = mla_latent_widths(batch)
-        up = qkv_bytes(batch) + Bi * latent * T / tsp
-        out = out + np.where(on(RecomputeModule.mla_up_proj), up, 0.0)
+        out = out + np.where(on(RecomputeModule.mla_up_proj), qkv_bytes(batch) + mla_normed_latent_bytes(batch), 0.0)
     if m.is_moe_layer(index):
         f_e, f_s = m.moe_ffn_hidden_size or 0, m.moe_shared_expert_ffn_size
         routed = routed_copies(batch)

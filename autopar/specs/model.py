@@ -25,9 +25,10 @@ from autopar.specs._files import looks_like_path, preset_files, read_mapping, re
 class MlaSpec(StrictModel):
     """DeepSeek multi-head latent attention (low-rank Q and KV projections).
 
-    Approximation: FLOPs and parameters follow the low-rank factors exactly; activations are
-    counted as MHA with head_dim = qk head dim for Q/K and v_head_dim for V, i.e. the
-    decompressed K/V are stored (Megatron's MLA stores them), not the 512-wide latent.
+    FLOPs and parameters follow the low-rank factors exactly. Activations: the decompressed
+    Q, K, V are stored as MHA with head_dim = qk head dim (Megatron's MLA stores them), plus the
+    latents (autopar.cost.memory.mla_latent_bytes); recompute_modules mla_up_proj drops Q, K, V
+    and the normed latents.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
