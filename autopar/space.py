@@ -199,9 +199,10 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
     eps = [e for e in divisors(model.num_experts) if (dp * cp * tp) % e == 0] if model.is_moe else [1]
     etps = sorted({tp, 1}) if model.is_moe else [tp]
     vpps = [1] + (virtual_stage_options(model, pp, opts.max_vpp) if pp > 1 else [])
-    # (vpp, schedule) pairs: interleaving needs vpp > 1; ZB-H2 and 1F1B run with vpp = 1
+    # (vpp, schedule) pairs: interleaving needs vpp > 1, DualPipeV's V exactly 2 chunks per rank;
+    # ZB-H2 and 1F1B run with vpp = 1
     pipes = [(v, SCHEDULE.index(s)) for v in _allowed("vpp", vpps, fixed)
-             for s in _allowed("schedule", [Schedule.interleaved] if v > 1 else
+             for s in _allowed("schedule", ([Schedule.interleaved] + ([Schedule.dualpipev] if v == 2 else [])) if v > 1 else
                                ([Schedule.one_f_one_b, Schedule.zero_bubble] if pp > 1 else [Schedule.one_f_one_b]), fixed)]
     # with pp > 1 gradients are reduced once per step (torch.distributed.pipelining, Megatron),
     # so ZeRO-2 keeps unsharded gradients like ZeRO-1: offer it only without pipelining

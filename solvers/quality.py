@@ -45,11 +45,14 @@ CASES = (
           "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,dispatcher=deepep,ep_overlap=on,schedule=zero-bubble",
           "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,recompute_modules=layernorm+mla_up_proj+moe_act,"
           "dispatcher=deepep,ep_overlap=on,schedule=zero-bubble",
-          "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=full,dispatcher=deepep,ep_overlap=on,schedule=zero-bubble"),
+          "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=full,dispatcher=deepep,ep_overlap=on,schedule=zero-bubble",
+          "tp=1,pp=16,vpp=2,ep=64,zero=1,mbs=1,recompute=selective,recompute_modules=layernorm+mla_up_proj+moe_act,"
+          "dispatcher=deepep,ep_overlap=on,schedule=dualpipev"),
          "2.788M H800 GPU-hours for 14.8T tokens (DeepSeek-V3 report, Table 1) = 1,474.6 tokens/s per GPU",
          measured_tokens_per_gpu=14.8e12 / (2.788e6 * 3600), tolerance=0.25,
          notes="EP64 PP16 DP2 (expert data parallel) ZeRO-1, FP8, DeepEP with node-limited routing (4 nodes), "
-               "DualPipe (modelled as a zero-bubble schedule with EP overlap); batch 15,360 x 4,096 at steady state. "
+               "DualPipe (modelled as a zero-bubble schedule with EP overlap, and as DualPipeV, its cut-in-half form: "
+               "PP + 1 chunks in flight, without DualPipe's second copy of the weights); batch 15,360 x 4,096 at steady state. "
                "Recompute as published (sec. 3.2.3: RMSNorm, MLA up-projection, SwiGLU output) is tried with the "
                "other recompute choices."),
 )

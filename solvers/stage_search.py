@@ -13,8 +13,8 @@ import numpy as np
 from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
 from autopar.cost.stages import StageModelError, StageTable, sample_stages
-from autopar.cost.table import RECOMPUTE, row_groups
-from autopar.specs.plan import Recompute
+from autopar.cost.table import RECOMPUTE, SCHEDULE, row_groups
+from autopar.specs.plan import Recompute, Schedule
 from autopar.specs.results import PerStageInfo, RankedPlan, StageSolve
 from solvers.base import Ranking
 from solvers.stages import StageSolution, bounds, core_of, solve_core
@@ -49,10 +49,13 @@ def candidate_rows(batch: Batch, ranking: Ranking, max_cores: int, pinned_recomp
         values[ranking.rows] = ranking.objective
         ok, ranked = np.isfinite(values), ranking.rows
     tab = batch.tab
+    # per-stage layouts are solved for round-robin placement: V-shaped (dualpipev) rows are left
+    # as they are (solvers.stages.core_of)
+    staged = (tab.pp > 1) & (tab.schedule != SCHEDULE.index(Schedule.dualpipev))
     # the fitting rows in the solver's rank order (solvers.base.rank_order), not sorted again
-    fits = ranked[tab.pp[ranked] > 1]
+    fits = ranked[staged[ranked]]
     best = values[fits[0]] if len(fits) else np.inf
-    blocked = np.flatnonzero(~ok & (tab.pp > 1) & (values < best))
+    blocked = np.flatnonzero(~ok & staged & (values < best))
     blocked = blocked[np.argsort(values[blocked], kind="stable")]
     # cores of the best WALK_ROWS rows of each group only: grouping all of a 6M-plan space took
     # 18 s, and the walk below stops after max_cores distinct cores

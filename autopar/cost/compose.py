@@ -19,6 +19,7 @@ from autopar.cost.table import SCHEDULE, row_groups
 from autopar.specs.plan import Schedule
 
 ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
+DUALPIPEV = SCHEDULE.index(Schedule.dualpipev)
 
 
 def _vpp_composes(batch: Batch) -> bool:
@@ -30,19 +31,22 @@ def _vpp_composes(batch: Batch) -> bool:
 
 
 def core_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """(one representative row per core, the core of every row)."""
+    """(one representative row per core, the core of every row). A V-shaped schedule
+    (dualpipev) is a core of its own: its placement puts the embedding and the loss on rank 0."""
     outer = ("vpp", "schedule") if _vpp_composes(batch) else ("schedule",)
-    return row_groups(*(v for k, v in batch.tab.columns().items() if k not in outer))
+    v_shape = batch.tab.schedule == DUALPIPEV
+    return row_groups(v_shape, *(v for k, v in batch.tab.columns().items() if k not in outer))
 
 
 def evaluate_cores(batch: Batch) -> tuple[StepResult, np.ndarray, Batch]:
-    """Cost each core once with 1F1B (and vpp = 1 where vpp composes): (result per core, core
-    of every row, the core batch)."""
+    """Cost each core once with 1F1B (and vpp = 1 where vpp composes), V-shaped cores with
+    dualpipev: (result per core, core of every row, the core batch)."""
     first, core_of_row = core_rows(batch)
     reps = batch.tab.take(first)
+    v_shape = reps.schedule == DUALPIPEV
     if _vpp_composes(batch):
-        reps.vpp = np.ones_like(reps.vpp)
-    reps.schedule = np.full_like(reps.schedule, ONE_F_ONE_B)
+        reps.vpp = np.where(v_shape, reps.vpp, 1)
+    reps.schedule = np.where(v_shape, DUALPIPEV, ONE_F_ONE_B).astype(reps.schedule.dtype)
     core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
     return evaluate(core_batch, per_stage=False), core_of_row, core_batch
 

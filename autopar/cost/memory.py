@@ -333,11 +333,15 @@ def in_flight_microbatches(stage, p, m, v, schedule):
     """Micro-batches whose activations a stage holds at its peak (in units of the stage's
     layers; seed 000 'Конвейерный параллелизм', footnote 7). 1F1B: p - i; interleaved (Megatron
     warm-up): ((p-i-1) 2 + (v-1) p + 1) / v chunks, i.e. p + (p-1)/v on stage 0; GPipe: m;
-    ZB-H2: 2 (p - i) - 1. Capped at m. `schedule` is a Schedule or an index into SCHEDULE."""
+    ZB-H2: 2 (p - i) - 1; DualPipeV: PP + 1 = 2p + 1 chunks of half a rank's layers, p + 1/2, on
+    every rank (DualPipe README table; a V schedule balances memory over the ranks). Capped at m.
+    `schedule` is a Schedule or an index into SCHEDULE."""
     code = np.asarray(SCHEDULE.index(schedule) if isinstance(schedule, Schedule) else schedule)
     held = np.select(
-        [code == SCHEDULE.index(Schedule.gpipe), code == SCHEDULE.index(Schedule.interleaved), code == SCHEDULE.index(Schedule.zero_bubble)],
-        [np.asarray(m, dtype=float) + 0 * np.asarray(stage), ((p - stage - 1) * 2 + (v - 1) * p + 1) / v, 2.0 * (p - stage) - 1],
+        [code == SCHEDULE.index(Schedule.gpipe), code == SCHEDULE.index(Schedule.interleaved), code == SCHEDULE.index(Schedule.zero_bubble),
+         code == SCHEDULE.index(Schedule.dualpipev)],
+        [np.asarray(m, dtype=float) + 0 * np.asarray(stage), ((p - stage - 1) * 2 + (v - 1) * p + 1) / v, 2.0 * (p - stage) - 1,
+         p + 0.5 + 0 * np.asarray(stage, dtype=float)],
         default=np.asarray(p - stage, dtype=float),
     )
     return np.minimum(held, m)

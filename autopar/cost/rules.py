@@ -20,6 +20,7 @@ from autopar.errors import InputError
 ULYSSES = CP_ALGO.index(CpAlgo.ulysses)
 INTERLEAVED = SCHEDULE.index(Schedule.interleaved)
 ZERO_BUBBLE = SCHEDULE.index(Schedule.zero_bubble)
+DUALPIPEV = SCHEDULE.index(Schedule.dualpipev)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"interleaved schedule needs micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) % pp({r['pp']}) == 0 and >= pp"),
     Rule("plan.schedule", "schedule", lambda m, c, tr, t: (t.schedule == ZERO_BUBBLE) & (_microbatches(tr, t) < 2 * t.pp),
          lambda m, tr, r: f"zero-bubble (ZB-H2) fills the bubble only with micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) >= 2 * pp({r['pp']})"),
+    Rule("plan.schedule", "schedule", lambda m, c, tr, t: (t.schedule == DUALPIPEV) & (_microbatches(tr, t) < 2 * t.pp),
+         lambda m, tr, r: f"dualpipev needs micro-batches({tr.global_batch_size // (r['dp'] * r['mbs'])}) >= 2 * pp({r['pp']}) "
+                          "(DualPipe's dualpipev.py: num_chunks >= num_ranks * 2)"),
     Rule("plan.zero_shard_size", "shard", lambda m, c, tr, t: (t.shard > 0) & ((t.dp * t.cp) % np.maximum(t.shard, 1) != 0),
          lambda m, tr, r: f"must divide dp*cp={r['dp'] * r['cp']}"),
     Rule("plan.recompute_modules", "rc_modules", lambda m, c, tr, t: (m.mla is None) & has_module(t.rc_modules, RecomputeModule.mla_up_proj),

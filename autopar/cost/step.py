@@ -161,9 +161,10 @@ def _stage_types(layout: PipelineLayout, counts: np.ndarray, per_stage: bool, t)
     if per_stage or bool(np.any(t.rc_stages != NONE)):
         return np.arange(P), np.ones(P)
     last = np.asarray(layout.rank_mtp(), dtype=float)
-    last[-1] += 1.0
+    last[layout.last_rank] += 1.0
     ends = np.zeros(P)
-    ends[0], ends[-1] = 1.0, ends[-1] + 2.0
+    ends[0] = 1.0
+    ends[layout.last_rank] += 2.0
     _, first, type_of = np.unique(np.vstack([counts, last, ends]), axis=1, return_index=True, return_inverse=True)
     order = np.argsort(first)
     return first[order], np.bincount(type_of.ravel(), minlength=len(first))[order].astype(float)
@@ -211,7 +212,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     g = logits_gemm(m, b.tokens, t.tp)
     t_logits = gemm_time(b, g.m, g.n, g.k, tr.precision.gemm_dtype)
     last = np.asarray(layout.rank_mtp(), dtype=float)
-    last[-1] += 1.0
+    last[layout.last_rank] += 1.0
     last = last[stage_idx]
     parts["compute_gemm"] = parts["compute_gemm"] + last * col((2 + b.wgrad) * t_logits)
     parts["compute_elementwise"] = parts["compute_elementwise"] + last * col(3 * b.hbm_seconds(12 * b.tokens * m.vocab_size / t.tp))
@@ -232,8 +233,8 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     routed = (routed_layer @ counts)[None, :] / col(t.ep * t.etp)
     emb = np.zeros(P)
     emb[0] += embedding_params(m)
-    if not m.tied_embeddings or P > 1:
-        emb[-1] += embedding_params(m)
+    if not m.tied_embeddings or layout.last_rank != 0:  # tied: one copy where one rank holds both ends
+        emb[layout.last_rank] += embedding_params(m)
     emb = emb[stage_idx]
     dense = dense + emb / col(t.tp)
     # gradient and ZeRO-3 collectives hide behind a layer's time, but not behind the part of it
@@ -267,7 +268,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem, fixed, per_mb, host = _memory(b, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed)
+    mem, fixed, per_mb, host = _memory(b, stage_idx, layout.last_rank, kinds, counts, n_layers, k_rec, dense, routed)
     totals = sum(mem.values())
     worst = _first_max(totals, stage_idx)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
@@ -453,8 +454,8 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     return np.where(off[:, None], 0.0, total)
 
 
-def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, routed):
-    """Bytes per GPU by component, per plan x kept stage (stage_idx of a P-stage pipeline); also
+def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, dense, routed):
+    """Bytes per GPU by component, per plan x kept stage (stage_idx; last_rank holds the logits); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
     working buffers) and one micro-batch's activations, both before fragmentation, and the
     activations offloaded to host memory."""
@@ -492,7 +493,7 @@ def _memory(b: Batch, stage_idx, P, kinds, counts, n_layers, k_rec, dense, route
     # offloaded tensors in transit: the layer being copied out and the one prefetched back
     moved_first = np.stack(moved, axis=1)[:, first_kind]
     working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))
-    last = (stage_idx == P - 1).astype(float)
+    last = (stage_idx == last_rank).astype(float)
     working = working + last * col(6 * b.tokens * m.vocab_size / t.tp)  # bf16 + fp32 logits
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)

@@ -158,17 +158,18 @@ def layout_groups(tab: PlanTable, model: ModelSpec) -> list[tuple[np.ndarray, "P
     """Rows of the table grouped by pipeline layout: (rows, layout), or (rows, the rule the
     layout breaks) when the plan fields describe no legal layout for the model."""
     num_layers, mtp_layers = model.num_layers, model.mtp_num_layers
-    cols = (tab.pp, tab.vpp, tab.first, tab.last, tab.layout)
+    v_shape = tab.schedule == SCHEDULE.index(Schedule.dualpipev)
+    cols = (tab.pp, tab.vpp, tab.first, tab.last, tab.layout, v_shape)
     firsts, group_of = row_groups(*cols)
     order = np.argsort(group_of, kind="stable")
     bounds = np.searchsorted(group_of[order], np.arange(len(firsts) + 1))
     out = []
     for g, r in enumerate(firsts.tolist()):
-        pp, vpp, first, last, code = (int(c[r]) for c in cols)
+        pp, vpp, first, last, code, v = (int(c[r]) for c in cols)
         rows = order[bounds[g]:bounds[g + 1]]
         try:
             layout = resolve_layout(num_layers, pp, vpp, None if first == NONE else first, None if last == NONE else last,
-                                    interned(code), mtp_layers, model.mtp_layout_units)
+                                    interned(code), mtp_layers, model.mtp_layout_units, v_shape=bool(v))
             broken = check_layout(layout, num_layers, mtp_layers)
         except InputError as exc:
             broken = exc.rule

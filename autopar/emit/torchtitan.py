@@ -30,7 +30,8 @@ MODELS = {
     "llama3-405b": ("llama3", "llama3_405b", "405B"),
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
 }
-SCHEDULES = {Schedule.one_f_one_b: "1F1B", Schedule.interleaved: "Interleaved1F1B", Schedule.gpipe: "GPipe"}
+SCHEDULES = {Schedule.one_f_one_b: "1F1B", Schedule.interleaved: "Interleaved1F1B", Schedule.gpipe: "GPipe",
+             Schedule.dualpipev: "DualPipeV"}
 AC_MODES = {Recompute.none: "none", Recompute.selective: "selective", Recompute.full: "full"}
 
 
@@ -71,7 +72,19 @@ def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
     stage layers: torchtitan splits L + first_less + last_less evenly over pp*vpp virtual stages
     and takes first_less/last_less off the first/last virtual stage."""
     plan = job.plan
-    stages, vpp = plan.model_layout(job.model).rank_decoders(), plan.vpp
+    layout = plan.model_layout(job.model)
+    if layout.v_shape:
+        # DualPipeV: torchtitan places the same model-order virtual stages in a V
+        # (_get_pp_rank_to_stage_indices_mapping, style "v"); the split is over those stages
+        chunks = list(layout.decoders)
+        body = chunks[1:-1]
+        chunk = max(body)
+        ok = len(set(body)) == 1 and chunks[0] <= chunk and chunks[-1] <= chunk
+        if not rules.check(ok, "stage split = layers_per_stage with first/last_stage_less_layers",
+                           f"virtual stage layers {chunks} are not an even split less some layers on the first and last stage", "PP"):
+            return None
+        return chunk, chunk - chunks[0], chunk - chunks[-1]
+    stages, vpp = layout.rank_decoders(), plan.vpp
     middle = stages[1:-1] or [max(stages)]
     k = max(middle)
     ok = len(set(middle)) == 1 and k % vpp == 0 and stages[0] <= k and stages[-1] <= k

@@ -9,6 +9,10 @@ layers + 1 MTP on pp 16 x vpp 2: "Et*3|(tt|)*29,m|L".
 
 Any split with pp x vpp virtual stages is legal (embedding and loss may be stages of their
 own); real runs use 61 layers on 4 x 4, 94 on 8 x 3, 126 on 16 x 8.
+
+V-shaped schedules (DualPipeV, torchtitan's "v" stage style) place the 2 pp virtual stages of
+the same list in a V: stage j runs on rank j for j < pp and on rank 2 pp - 1 - j after, so rank
+0 holds the first and the last stage (embedding and loss).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class PipelineLayout:
     pp: int
     decoders: tuple[int, ...]
     mtp: tuple[int, ...]
+    v_shape: bool = False  # two stages per rank in a V (schedule=dualpipev), else round-robin
 
     @property
     def vpp(self) -> int:
@@ -42,7 +47,14 @@ class PipelineLayout:
 
     def rank_stages(self, rank: int) -> list[int]:
         """Virtual stages of one pipeline rank, chunk order."""
+        if self.v_shape:
+            return [rank, self.num_virtual_stages - 1 - rank]
         return list(range(rank, self.num_virtual_stages, self.pp))
+
+    @property
+    def last_rank(self) -> int:
+        """The rank that runs the last virtual stage (the loss and the output layer)."""
+        return 0 if self.v_shape else self.pp - 1
 
     def rank_decoders(self) -> list[int]:
         """Decoder layers held by each pipeline rank (all its chunks)."""
@@ -173,6 +185,40 @@ def balanced_layout(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
     mtp = [0] * stages
     mtp[-1] = mtp_layers
     return PipelineLayout(pp, tuple(per_rank[j % pp][j // pp] for j in range(stages)), tuple(mtp))
+
+
+@lru_cache(maxsize=1024)
+def v_layout(num_layers: int, pp: int, mtp_layers: int = 0, mtp_units: int = 2) -> PipelineLayout:
+    """The default split of a V-shaped pipeline (two chunks per rank, rank r running virtual
+    stages r and 2 pp - 1 - r): balanced_layout's rule with rank 0 carrying both the embedding
+    and the loss (and MTP) units, each rank's layers halved over its two chunks, the embedding
+    taken from the first chunk of rank 0 and the loss from its second."""
+    if mtp_layers == 0 and num_layers % pp == 0:
+        per_rank = [_chunks(num_layers // pp, 2)] * pp
+    else:
+        overhead = [0] * pp
+        overhead[0] = 2 + mtp_units * mtp_layers
+        units = _spread(num_layers + overhead[0], pp)
+        decoders = [u - o for u, o in zip(units, overhead)]
+        for r in range(1, pp):  # rank 0 short of its overhead takes layers from the next rank
+            if decoders[r - 1] < 0:
+                decoders[r] += decoders[r - 1]
+                decoders[r - 1] = 0
+        if min(decoders) < 0:
+            raise InputError("plan.pp", pp, f"cannot split {num_layers} layers over a V of 2*pp={2 * pp} virtual stages")
+        per_rank = [_chunks(d, 2) for d in decoders]
+        chunks = _chunks(decoders[0] + overhead[0], 2)
+        chunks[0] -= 1
+        chunks[1] -= overhead[0] - 1
+        if chunks[1] < 0:
+            chunks[0] += chunks[1]
+            chunks[1] = 0
+        per_rank[0] = chunks
+    stages = 2 * pp
+    decoders_v = tuple(per_rank[j][0] if j < pp else per_rank[stages - 1 - j][1] for j in range(stages))
+    mtp = [0] * stages
+    mtp[-1] = mtp_layers
+    return PipelineLayout(pp, decoders_v, tuple(mtp), v_shape=True)
 
 
 def _chunks(layers: int, vpp: int) -> list[int]:

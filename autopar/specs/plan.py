@@ -5,6 +5,7 @@ tp=8,pp=16,dp=128,cp=1,ep=1,etp=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,s
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import InputError
 from autopar.specs._base import StrictModel
-from autopar.specs.layout import PipelineLayout, balanced_layout, first_last_layout, parse_layout
+from autopar.specs.layout import PipelineLayout, balanced_layout, first_last_layout, parse_layout, v_layout
 
 if TYPE_CHECKING:
     from autopar.specs.model import ModelSpec
@@ -99,6 +100,12 @@ class Schedule(str, Enum):
     """Megatron interleaved 1F1B with vpp model chunks per stage: bubble / vpp."""
     zero_bubble = "zero-bubble"
     """ZB-H2 (Qi et al. 2023): splits weight-gradient work to fill the bubble; about twice 1F1B's in-flight activations."""
+    dualpipev = "dualpipev"
+    """DualPipeV (DeepSeek's DualPipe cut in half; deepseek-ai/DualPipe dualpipev.py, torchtitan
+    ScheduleDualPipeV): two model chunks per rank placed in a V (rank r runs virtual stages r and
+    2 pp - 1 - r, so rank 0 holds the embedding and the loss), each forward chunk overlapped with
+    another micro-batch's backward chunk. Bubble (PP/2 - 1)(F&B + B - 3W) over PP = 2 pp chunks,
+    PP + 1 chunks' activations per rank (DualPipe README table); vpp = 2, micro-batches >= 2 pp."""
 
 
 class CpAlgo(str, Enum):
@@ -231,8 +238,10 @@ class Plan(StrictModel):
             raise ValueError(f"vpp={self.vpp} needs pp > 1")
         if self.schedule == Schedule.interleaved and self.vpp == 1:
             raise ValueError("schedule=interleaved needs vpp > 1")
-        if self.vpp > 1 and self.schedule not in (None, Schedule.interleaved):
-            raise ValueError(f"vpp={self.vpp} needs schedule=interleaved, got {self.schedule.value}")
+        if self.schedule == Schedule.dualpipev and self.vpp != 2:
+            raise ValueError(f"schedule=dualpipev runs two model chunks per rank (a V): needs vpp=2, got vpp={self.vpp}")
+        if self.vpp > 1 and self.schedule not in (None, Schedule.interleaved, Schedule.dualpipev):
+            raise ValueError(f"vpp={self.vpp} needs schedule=interleaved (or dualpipev with vpp=2), got {self.schedule.value}")
         if self.sp and self.tp == 1:
             raise ValueError("sp=on needs tp > 1 (Megatron turns it off at tp=1)")
         if self.tp_overlap and not self.sequence_parallel:
@@ -304,7 +313,7 @@ class Plan(StrictModel):
         """Layers of every virtual stage: the explicit layout; or first/last counts with the rest
         split evenly over the middle stages; or the balanced split (autopar.specs.layout)."""
         return resolve_layout(num_layers, self.pp, self.vpp, self.first_stage_layers, self.last_stage_layers, self.layout, mtp_layers,
-                              mtp_units)
+                              mtp_units, v_shape=self.pipeline_schedule == Schedule.dualpipev)
 
     def model_layout(self, model: ModelSpec) -> PipelineLayout:
         """pipeline_layout for this model's layers and MTP modules."""
@@ -354,14 +363,17 @@ class Plan(StrictModel):
 
 
 def resolve_layout(num_layers: int, pp: int, vpp: int = 1, first: int | None = None, last: int | None = None,
-                   layout: str | None = None, mtp_layers: int = 0, mtp_units: int = 2) -> PipelineLayout:
-    """The pipeline layout a plan's fields describe (see Plan.pipeline_layout)."""
+                   layout: str | None = None, mtp_layers: int = 0, mtp_units: int = 2, v_shape: bool = False) -> PipelineLayout:
+    """The pipeline layout a plan's fields describe (see Plan.pipeline_layout); v_shape places
+    the virtual stages in a V (schedule=dualpipev) instead of round-robin."""
     if pp > num_layers + 2 + mtp_layers:
         raise InputError("plan.pp", pp, f"more pipeline stages than num_layers={num_layers} (+ embedding and loss)")
     if layout:
-        return parse_layout(layout, pp)
+        return replace(parse_layout(layout, pp), v_shape=v_shape)
     if first is not None or last is not None:
-        return first_last_layout(num_layers, pp, vpp, first, last, mtp_layers)
+        return replace(first_last_layout(num_layers, pp, vpp, first, last, mtp_layers), v_shape=v_shape)
+    if v_shape:
+        return v_layout(num_layers, pp, mtp_layers, mtp_units)
     return balanced_layout(num_layers, pp, vpp, mtp_layers, mtp_units)
 
 

@@ -60,7 +60,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
   preset has the row's query heads, else multi-head attention
-- cp, ep, vpp: 1; etp: tp (Megatron default)
+- cp, ep, vpp: 1; etp: tp (Megatron default); a pp_schedule 'DualPipeV' (torchtitan): schedule
+  dualpipev with its two stages per rank
 - precision: bf16 (fp16 on a part without bf16: V100); gpus_per_node: 8 (72 for NVL72 GPUs,
   4 for GH200, 16 for V100: DGX-2); attention unfused on V100 (FlashAttention needs sm_75+)
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
@@ -523,7 +524,11 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     # (torchtitan's dp_shard x cp mesh), so the shard group is N x cp
     if shard and shard * fields["cp"] < (row.get("num_gpus") or 0) // (tp * pp) and zero == 3:
         fields["zero_shard_size"] = shard * fields["cp"]
-    if "interleaved" in text or str(metrics.get("pp_schedule") or "").lower().startswith("interleaved"):
+    pp_schedule = str(metrics.get("pp_schedule") or "").lower()
+    if pp_schedule == "dualpipev" or "dualpipev" in text:
+        fields["schedule"] = Schedule.dualpipev  # torchtitan's ScheduleDualPipeV: two stages per rank in a V
+        fields["vpp"] = 2
+    elif "interleaved" in text or pp_schedule.startswith("interleaved"):
         fields["schedule"] = Schedule.interleaved
         fields["vpp"] = max(fields["vpp"], 2)
     if "accounts for embedding and loss" in text and pp > 1:
