@@ -99,3 +99,13 @@ def test_row_reads_dualpipev(llama8b):
     row = {"tp": 1, "pp": 4, "num_gpus": 32, "global_batch_size": 64, "other_metrics": {"pp_schedule": "DualPipeV"}}
     fields, _ = row_plan_fields(row, m, t)
     assert (fields["schedule"], fields["vpp"]) == (Schedule.dualpipev, 2)
+
+
+def test_per_stage_solver_refuses_the_v():
+    # solvers.stages solves per-rank layer counts for round-robin placement; the search leaves
+    # V-shaped rows out of its per-stage step (solvers.stage_search.candidate_rows)
+    from autopar.cost.stages import StageModelError
+    from solvers.stages import core_of
+
+    with pytest.raises(StageModelError, match="dualpipev places two stages per rank in a V"):
+        core_of(parse_plan("tp=1,pp=4,vpp=2,zero=1,schedule=dualpipev"))
