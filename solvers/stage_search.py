@@ -13,8 +13,8 @@ import numpy as np
 from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
 from autopar.cost.stages import StageModelError, StageTable, sample_stages
-from autopar.cost.table import RECOMPUTE, SCHEDULE, row_groups
-from autopar.specs.plan import Recompute, Schedule
+from autopar.cost.table import RECOMPUTE, row_groups, v_shaped
+from autopar.specs.plan import Recompute
 from autopar.specs.results import PerStageInfo, RankedPlan, StageSolve
 from solvers.base import Ranking
 from solvers.stages import StageSolution, bounds, core_of, solve_core
@@ -51,7 +51,7 @@ def candidate_rows(batch: Batch, ranking: Ranking, max_cores: int, pinned_recomp
     tab = batch.tab
     # per-stage layouts are solved for round-robin placement: V-shaped (dualpipev) rows are left
     # as they are (solvers.stages.core_of)
-    staged = (tab.pp > 1) & (tab.schedule != SCHEDULE.index(Schedule.dualpipev))
+    staged = (tab.pp > 1) & ~v_shaped(tab.schedule)
     # the fitting rows in the solver's rank order (solvers.base.rank_order), not sorted again
     fits = ranked[staged[ranked]]
     best = values[fits[0]] if len(fits) else np.inf

@@ -101,9 +101,9 @@ def bounds(model: ModelSpec, pp: int) -> tuple[list[int], list[int]]:
 def core_of(plan: Plan, pinned_recompute: bool = False) -> StageCore:
     """The per-stage core of a plan: recompute none/full become free per-stage counts unless
     pinned (selective keeps R = 0: the plan language has per-stage counts only for full)."""
-    if plan.pipeline_schedule == Schedule.dualpipev:
-        raise StageModelError("schedule=dualpipev places two stages per rank in a V (embedding and loss on rank 0); "
-                              "per-stage layouts are solved for round-robin placement")
+    if plan.pipeline_schedule.v_shaped:
+        raise StageModelError(f"schedule={plan.pipeline_schedule.value} places two stages per rank in a V (embedding and loss on "
+                              "rank 0); per-stage layouts are solved for round-robin placement")
     free = plan.recompute in (Recompute.none, Recompute.full) and not pinned_recompute
     fields = plan.model_dump()
     fields.update(vpp=1, schedule=Schedule.one_f_one_b, layout=None, first_stage_layers=None, last_stage_layers=None,

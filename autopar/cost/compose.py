@@ -15,11 +15,10 @@ from autopar.cost.context import Batch
 from autopar.cost.memory import in_flight_microbatches
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.step import StepResult, evaluate
-from autopar.cost.table import SCHEDULE, row_groups
+from autopar.cost.table import SCHEDULE, row_groups, v_shaped
 from autopar.specs.plan import Schedule
 
 ONE_F_ONE_B = SCHEDULE.index(Schedule.one_f_one_b)
-DUALPIPEV = SCHEDULE.index(Schedule.dualpipev)
 
 
 def _vpp_composes(batch: Batch) -> bool:
@@ -34,19 +33,19 @@ def core_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """(one representative row per core, the core of every row). A V-shaped schedule
     (dualpipev) is a core of its own: its placement puts the embedding and the loss on rank 0."""
     outer = ("vpp", "schedule") if _vpp_composes(batch) else ("schedule",)
-    v_shape = batch.tab.schedule == DUALPIPEV
-    return row_groups(v_shape, *(v for k, v in batch.tab.columns().items() if k not in outer))
+    s = batch.tab.schedule
+    return row_groups(np.where(v_shaped(s), s, -1), *(v for k, v in batch.tab.columns().items() if k not in outer))
 
 
 def evaluate_cores(batch: Batch) -> tuple[StepResult, np.ndarray, Batch]:
     """Cost each core once with 1F1B (and vpp = 1 where vpp composes), V-shaped cores with
-    dualpipev: (result per core, core of every row, the core batch)."""
+    their own schedule: (result per core, core of every row, the core batch)."""
     first, core_of_row = core_rows(batch)
     reps = batch.tab.take(first)
-    v_shape = reps.schedule == DUALPIPEV
+    v_shape = v_shaped(reps.schedule)
     if _vpp_composes(batch):
         reps.vpp = np.where(v_shape, reps.vpp, 1)
-    reps.schedule = np.where(v_shape, DUALPIPEV, ONE_F_ONE_B).astype(reps.schedule.dtype)
+    reps.schedule = np.where(v_shape, reps.schedule, ONE_F_ONE_B).astype(reps.schedule.dtype)
     core_batch = Batch(batch.model, batch.cluster, batch.training, batch.params, reps)
     return evaluate(core_batch, per_stage=False), core_of_row, core_batch
 

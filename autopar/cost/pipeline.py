@@ -26,12 +26,10 @@ def bubble_fraction(p: int, m: int, v: int = 1, schedule: Schedule = Schedule.on
     schedule divides the bubble time by v; ZB-H2 fills it (seed 000 'Нулевой пузырь'); DualPipeV
     idles (p-1) x 2/3 of a chunk, a third of 1F1B's (DUALPIPE_BUBBLE_PER_CHUNK).
     Seed 000 'Сценарий: цена пузыря конвейера': p=8, m=32 -> 7/39 = 17.9%."""
-    if p <= 1 or schedule == Schedule.zero_bubble:
+    if p <= 1:
         return 0.0
-    if schedule == Schedule.dualpipev:
-        bubble = (p - 1) * DUALPIPE_BUBBLE_PER_CHUNK / 2
-    else:
-        bubble = (p - 1) / (v if schedule == Schedule.interleaved else 1)
+    # uniform stages of unit time: the others' work is p - 1, and no hop time
+    bubble = float(pipeline_fill(np.asarray(p - 1.0), m, v, SCHEDULE.index(schedule), p, 0.0))
     return bubble / (m + bubble)
 
 

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
+V_SHAPED = [i for i, s in enumerate(SCHEDULE) if s.v_shaped]
+
+
+def v_shaped(schedule_codes: np.ndarray) -> np.ndarray:
+    """Rows whose schedule places two chunks per rank in a V (Schedule.v_shaped)."""
+    return np.isin(schedule_codes, V_SHAPED)
 CP_ALGO = list(CpAlgo)
 ORDER = list(RankOrder)
 GRAD_SYNC = list(GradSync)
@@ -158,7 +164,7 @@ def layout_groups(tab: PlanTable, model: ModelSpec) -> list[tuple[np.ndarray, "P
     """Rows of the table grouped by pipeline layout: (rows, layout), or (rows, the rule the
     layout breaks) when the plan fields describe no legal layout for the model."""
     num_layers, mtp_layers = model.num_layers, model.mtp_num_layers
-    v_shape = tab.schedule == SCHEDULE.index(Schedule.dualpipev)
+    v_shape = v_shaped(tab.schedule)
     cols = (tab.pp, tab.vpp, tab.first, tab.last, tab.layout, v_shape)
     firsts, group_of = row_groups(*cols)
     order = np.argsort(group_of, kind="stable")

@@ -70,30 +70,17 @@ def base_model(job: EmitJob) -> tuple[str, str, str, bool]:
 def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
     """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) giving the plan's
     stage layers: torchtitan splits L + first_less + last_less evenly over pp*vpp virtual stages
-    and takes first_less/last_less off the first/last virtual stage."""
-    plan = job.plan
-    layout = plan.model_layout(job.model)
-    if layout.v_shape:
-        # DualPipeV: torchtitan places the same model-order virtual stages in a V
-        # (_get_pp_rank_to_stage_indices_mapping, style "v"); the split is over those stages
-        chunks = list(layout.decoders)
-        body = chunks[1:-1]
-        chunk = max(body)
-        ok = len(set(body)) == 1 and chunks[0] <= chunk and chunks[-1] <= chunk
-        if not rules.check(ok, "stage split = layers_per_stage with first/last_stage_less_layers",
-                           f"virtual stage layers {chunks} are not an even split less some layers on the first and last stage", "PP"):
-            return None
-        return chunk, chunk - chunks[0], chunk - chunks[-1]
-    stages, vpp = layout.rank_decoders(), plan.vpp
-    middle = stages[1:-1] or [max(stages)]
-    k = max(middle)
-    ok = len(set(middle)) == 1 and k % vpp == 0 and stages[0] <= k and stages[-1] <= k
-    chunk = k // vpp if ok else 0
-    ok = ok and k - stages[0] <= chunk and k - stages[-1] <= chunk
+    (model order) and takes first_less/last_less off the first/last virtual stage; it places
+    them round-robin, or in a V for DualPipeV (_get_pp_rank_to_stage_indices_mapping), as the
+    plan's layout does. Checked per virtual stage: equal rank totals can hide chunks that are not."""
+    stages = list(job.plan.model_layout(job.model).decoders)
+    body = stages[1:-1] or [max(stages)]
+    chunk = max(body)
+    ok = len(set(body)) == 1 and stages[0] <= chunk and stages[-1] <= chunk
     if not rules.check(ok, "stage split = layers_per_stage with first/last_stage_less_layers",
-                       f"stage layers {stages} with vpp={vpp} are not an even split less some layers on the end stages", "PP"):
+                       f"virtual stage layers {stages} are not an even split less some layers on the first and last stage", "PP"):
         return None
-    return chunk, k - stages[0], k - stages[-1]
+    return chunk, chunk - stages[0], chunk - stages[-1]
 
 
 def titan_fp8_recipe(training) -> Fp8Recipe:

@@ -107,6 +107,11 @@ class Schedule(str, Enum):
     another micro-batch's backward chunk. Bubble (PP/2 - 1)(F&B + B - 3W) over PP = 2 pp chunks,
     PP + 1 chunks' activations per rank (DualPipe README table); vpp = 2, micro-batches >= 2 pp."""
 
+    @property
+    def v_shaped(self) -> bool:
+        """Places two model chunks per rank in a V (rank 0 holds the first and the last stage)."""
+        return self is Schedule.dualpipev
+
 
 class CpAlgo(str, Enum):
     """Context-parallel attention algorithm."""
@@ -313,7 +318,7 @@ class Plan(StrictModel):
         """Layers of every virtual stage: the explicit layout; or first/last counts with the rest
         split evenly over the middle stages; or the balanced split (autopar.specs.layout)."""
         return resolve_layout(num_layers, self.pp, self.vpp, self.first_stage_layers, self.last_stage_layers, self.layout, mtp_layers,
-                              mtp_units, v_shape=self.pipeline_schedule == Schedule.dualpipev)
+                              mtp_units, v_shape=self.pipeline_schedule.v_shaped)
 
     def model_layout(self, model: ModelSpec) -> PipelineLayout:
         """pipeline_layout for this model's layers and MTP modules."""

@@ -89,6 +89,9 @@ TITAN_REFUSED = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,recompute=full,recompute_num_layers=4", "bf16", "FullAC wraps every transformer block"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=4,first=2,last=14", "bf16", "stage split = layers_per_stage"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,vpp=3", "bf16", "stage split = layers_per_stage"),
+    # ranks hold 8 + 8 and 6 + 10 = 16 layers each, but torchtitan's layers_per_stage would build
+    # 8 / 8 / 8 / 8 virtual stages, not the plan's 8 / 6 / 8 / 10: refused per virtual stage
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,layout=Et*8|t*6|t*8|t*10L", "bf16", "stage split = layers_per_stage"),
 ]
 
 
