@@ -6,6 +6,7 @@ rule's message naming the field, its value and the rule."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable
 
 import numpy as np
@@ -141,5 +142,7 @@ def plan_violations(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             value = getattr(plan, rule.field.split(".")[-1], None) if rule.field.startswith("plan.") else training.precision.value
             if isinstance(value, tuple):  # recompute_modules / offload_modules in their text form
                 value = "+".join(getattr(v, "value", str(v)) for v in value)
+            elif isinstance(value, Enum):  # schedule, cp_algo, ...: the plan text's word
+                value = value.value
             out.append((rule.field, row.get(rule.column) if value is None else value, rule.message(model, training, row)))
     return out
