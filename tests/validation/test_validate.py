@@ -124,6 +124,33 @@ def test_megatron_flop_accounting_by_release():
     assert not megatron_counts_causal({"software_version": "MCore ~v0.10-0.11 (paper)"})
 
 
+def test_parallel_folding_mfu_counts_causal_attention():
+    # MoE Parallel Folding (arXiv 2504.14960) quotes Megatron's model TFLOP/s without a dated
+    # release; its sec. 4.3 MFU "only drops from 47.6% to 42.9%" from 16K to 128K, which only
+    # causal counting makes physical (autopar.validation.predict.MEGATRON_CAUSAL_SOURCES).
+    # Hand calculation, Mixtral-8x22B at 128K (56 layers, 48 heads x 128): attention core per
+    # token and layer 4 x 48 x 128 x 131072 = 3.22e9 non-causal, half of it causal.
+    from autopar.cost.flops import active_params_per_token
+    from autopar.validation.predict import measured_tokens_per_gpu, source_flops_per_token
+    from autopar.validation.rows import row_model
+    row = {"id": "f", "model_name": "Mixtral-8x22B", "num_layers": 56, "hidden_size": 6144, "num_attention_heads": 48,
+           "num_kv_heads": 8, "ffn_hidden_size": 16384, "vocab_size": 32000, "seq_len": 131072, "moe_num_experts": 8,
+           "moe_top_k": 2, "moe_ffn_hidden_size": 16384, "num_gpus": 1024, "mfu": 0.429, "peak_tflops_used_by_source": 989.5,
+           "tflops_kind": "model TFLOPS (paper Table 2)", "software": "Megatron-Core (all baselines implemented in MCore)",
+           "software_version": "MCore ~v0.10-0.11 (paper; PyTorch 2.5.0, CUDA 12.6)",
+           "source": "Liu et al. 2025, 'MoE Parallel Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with Megatron Core' (arXiv 2504.14960)"}
+    model = row_model(row)
+    p = active_params_per_token(model)
+    core = 4 * 48 * 128 * 131072
+    flops, how = source_flops_per_token(row, model)
+    assert how == "megatron_model_flops_causal"
+    assert flops == pytest.approx(3 * (2 * p + 56 * core / 2), rel=1e-9)
+    # 0.429 x 989.5e12 / flops: about 842 tokens/s per GPU (non-causal counting would give 548)
+    tokens, _ = measured_tokens_per_gpu(row, model)
+    assert tokens == pytest.approx(0.429 * 989.5e12 / flops, rel=1e-9)
+    assert tokens == pytest.approx(842, rel=0.01)
+
+
 def test_unpublished_recompute_resolves_to_just_enough_layers():
     # NeMo 25.04/25.07 on 64 GB200 (189,471 MiB = 198.7e9 B each), seq 8192, FSDP, fp8, no recompute
     # published. NeMo's recipe for these runs (scripts/performance/recommended_model_configs/
