@@ -3,7 +3,7 @@
     efficiency(M, N, K, dtype) = E[dtype] x tq(M, N) x F / (F + half) x (U if unaligned)
 
 tq: 128 x 128 tile quantization; F = 2 batch M N K flops of the kernel; U: factor when a
-dimension is not a multiple of 8 elements. E and half are fitted with scipy least_squares on
+width (N or K) is not a multiple of 8 elements. E and half are fitted with scipy least_squares on
 log time over the training-shaped samples (every dimension >= MIN_TRAINING_DIM: decode-like
 M = 1..128 GEMMs are memory-bound: autopar.cost.gemm.gemm_seconds bounds them by their HBM bytes,
 not by this compute curve); U comes from
@@ -20,7 +20,7 @@ from collections import defaultdict
 import numpy as np
 from scipy.optimize import least_squares
 
-from autopar.cost.gemm import tile_quantization
+from autopar.cost.gemm import aligned, tile_quantization
 from autopar.errors import InputError, ProfileNotFound
 from autopar.specs.costparams import GemmCalibration
 from autopar.specs.hardware import GpuSpec, load_gpu
@@ -32,7 +32,7 @@ MIN_TRAINING_DIM = 256
 
 
 def _aligned(s: GemmSample) -> bool:
-    return s.m % ALIGNMENT == 0 and s.n % ALIGNMENT == 0 and s.k % ALIGNMENT == 0
+    return aligned(s.n, s.k, ALIGNMENT)
 
 
 def resolve_gpu(samples: list[GemmSample], override: str | None) -> GpuSpec | None:

@@ -36,17 +36,25 @@ def gemm_efficiency(m: float, n: float, k: float, dtype: str, gpu: GpuSpec, para
     g = params.gemm
     saturation = flops / (flops + g.half_saturation_flops)
     base = max_efficiency(gpu, dtype, params) * tile_quantization(m, n, g.tile_m, g.tile_n) * saturation
-    return base * alignment_factor(m, n, k, g.alignment_elements, g.unaligned_efficiency)
+    return base * alignment_factor(n, k, g.alignment_elements, g.unaligned_efficiency)
 
 
-def alignment_factor(m: float, n: float, k: float, alignment: int, unaligned_efficiency: float) -> float:
-    """cuBLAS needs 16-byte aligned rows for its fastest tensor-core kernels: a dimension that is
+def aligned(n: float, k: float, alignment: int) -> bool:
+    """Whether a GEMM's rows are 16-byte aligned: its reduction width K and output width N (the
+    leading dimensions of X [M x K], W [N x K] and Y [M x N], and of every backward operand) are
+    multiples of `alignment` elements. The token count M is no leading dimension of any of them:
+    it sets the grid, not the alignment, so a ragged M (a dropless expert's tokens) runs the
+    aligned kernels, its padding counted by tile_quantization."""
+    return float(n) % alignment == 0 and float(k) % alignment == 0
+
+
+def alignment_factor(n: float, k: float, alignment: int, unaligned_efficiency: float) -> float:
+    """cuBLAS needs 16-byte aligned rows for its fastest tensor-core kernels: an N or K that is
     not a multiple of 8 16-bit elements runs slower (stas00 SwiGLU sweep on H100: d_ff 10922 ->
-    272.7 TFLOP/s, 10944 -> 398.4). 1.0 unless a calibration profile sets the penalty."""
+    272.7 TFLOP/s, 10944 -> 398.4; `aligned`). 1.0 unless a calibration profile sets the penalty."""
     if unaligned_efficiency >= 1.0:
         return 1.0
-    aligned = all(float(d) % alignment == 0 for d in (m, n, k))
-    return 1.0 if aligned else unaligned_efficiency
+    return 1.0 if aligned(n, k, alignment) else unaligned_efficiency
 
 
 def gemm_flops_per_second(dtype: str, gpu: GpuSpec, params: CostParams) -> float:

@@ -31,7 +31,7 @@ class GemmParams(_Strict):
     tile_m: int = Field(gt=0, description="Tile rows used for the quantization term")
     tile_n: int = Field(gt=0, description="Tile columns used for the quantization term")
     fp8_max_speedup: float = Field(gt=0, description="Cap on the fp8 over bf16 GEMM speedup (scaling/casting overheads)")
-    unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when M, N or K is not a multiple of alignment_elements (1: no penalty; set by a calibration profile)")
+    unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when N or K (a row width; autopar.cost.gemm.aligned) is not a multiple of alignment_elements (1: no penalty; set by a calibration profile)")
     alignment_elements: int = Field(8, gt=0, description="Element alignment cuBLAS needs for its fastest kernels")
     fitted_architecture: str | None = Field(None, description="Architecture whose max_efficiency a calibration profile fitted (it outranks a part's MAMF)")
 
@@ -284,7 +284,7 @@ class CommCalibration(_Strict):
 
 class GemmCalibration(_Strict):
     """Fitted efficiency(M, N, K, dtype) = max_efficiency[dtype] x tile_quantization x F / (F + half)
-    x (unaligned_efficiency when a dimension is not a multiple of alignment_elements)."""
+    x (unaligned_efficiency when N or K is not a multiple of alignment_elements)."""
 
     gpu: str | None = Field(None, description="GPU profile the efficiencies are relative to (null: CPU or unknown device)")
     architecture: str | None = Field(None, description="Architecture key of max_efficiency the fit replaces")
@@ -292,7 +292,7 @@ class GemmCalibration(_Strict):
     half_saturation_flops: float = Field(gt=0, description="GEMM size (2MNK flops) at which efficiency is half its maximum")
     tile_m: int = Field(128, gt=0, description="Tile rows of the quantization term")
     tile_n: int = Field(128, gt=0, description="Tile columns of the quantization term")
-    unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when M, N or K is not a multiple of alignment_elements")
+    unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when N or K (a row width; autopar.cost.gemm.aligned) is not a multiple of alignment_elements")
     alignment_elements: int = Field(8, gt=0, description="Alignment below which cuBLAS falls back to slower kernels (16 bytes of 16-bit elements)")
     num_samples: int = Field(0, ge=0, description="Measurements fitted")
     median_error: float | None = Field(None, ge=0, description="Median |predicted / measured - 1| of the time over the samples")
