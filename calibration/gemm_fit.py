@@ -143,7 +143,7 @@ def gemm_table(fit: GemmCalibration, report: dict) -> str:
     for dtype, e in fit.max_efficiency.items():
         d = report["by_dtype"][dtype]
         lines.append(f"{dtype:<6} {e:>6.3f} {d['num_samples']:>8} {100 * d['median_error']:>10.1f}% {100 * d['max_error']:>7.1f}%")
-    lines.append(f"half-saturation {fit.half_saturation_flops:.3g} flops; unaligned (dim % {fit.alignment_elements} != 0) factor {fit.unaligned_efficiency:.3f}")
+    lines.append(f"half-saturation {fit.half_saturation_flops:.3g} flops; unaligned (N or K % {fit.alignment_elements} != 0) factor {fit.unaligned_efficiency:.3f}")
     lines.append(f"time error on fitted samples: median {100 * fit.median_error:.1f}%, mean {100 * fit.mean_error:.1f}%, max {100 * fit.max_error:.1f}%")
     lines.append(f"time error on all {report['num_samples']} samples (decode-like and sweep shapes included): median "
                  f"{100 * report['all_median_error']:.1f}%, 90th percentile {100 * report['all_p90_error']:.1f}%, max {100 * report['all_max_error']:.0f}%")
