@@ -60,8 +60,9 @@ MEGATRON_CAUSAL_FLOPS_FROM = (2025, 3)
 #   Counted over the whole attention matrix, the FLOPs the run executes would fall from 42% to
 #   28% of the peak (at 128K, 70% of those counted FLOPs are attention scores, half of them
 #   masked out; autopar.cost.flops.model_flops_per_token, Mixtral-8x22B). Counted causal, they
-#   fall from 48% to 43%, as ring CP's exchange and the longer bubble explain. Fused attention runs causal 128-dim heads at 60% or more of the H100
-#   peak at these lengths (FA3 paper Fig. 5-6), so nothing in the run explains the larger drop.
+#   fall from 48% to 43%, as ring CP's exchange and the longer bubble explain. Fused attention
+#   runs causal 128-dim heads at 60% or more of the H100 peak at these lengths (FA3 paper
+#   Fig. 5-6), so nothing in the run explains the larger drop.
 MEGATRON_CAUSAL_SOURCES = (re.compile(r"Megatron-MoE-ModelZoo", re.I), re.compile(r"MoE Parallel Folding", re.I))
 _YEAR_MONTH = re.compile(r"\b(20\d\d)-(0[1-9]|1[0-2])\b")
 _CORE_RELEASE = re.compile(r"(?:core|MCore)[ _]?[rv]?0\.(\d+)", re.I)
