@@ -440,9 +440,8 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
     # run the dispatch kernels hold SMs the compute loses (autopar.cost.moe.overlap_exposed);
     # the warmup and cooldown passes have no partner (Batch.ep_unpaired)
     merge, merge_bwd = f["cp_merge"], f["cp_merge_bwd"]
-    compute = (3 + w) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"] + merge + merge_bwd
     alone = batch.ep_unpaired if alone is None else alone
-    paired = (1 - alone) * overlap_exposed(batch, 2 * f["ep"], compute) + alone * 2 * f["ep"]
+    paired = (1 - alone) * _paired_ep_exposed(batch, f, w) + alone * 2 * f["ep"]
     ep_exposed = np.where(batch.tab.ep_overlap == 1, paired, 2 * f["ep"])
     f["ep"] = ep_exposed / 2
     layer_fwd = f["gemm"] + f["attn"] + f["elem"] + merge + f["tp"] + f["cp"] + f["ep"]
@@ -466,6 +465,28 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
         # reruns the router, the permutes, the dispatch and combine collectives and the experts
         **module_recompute_parts(f, batch.model.is_moe_layer(index), not batch.model.has_softmax_attention(index)),
     }
+
+
+def _paired_ep_exposed(batch: Batch, f: dict[str, np.ndarray], w: float) -> np.ndarray:
+    """Exposed seconds of a layer's four EP AllToAlls (forward dispatch and combine, and their
+    backward twins) when a forward and another micro-batch's backward of the layer run paired.
+    Megatron-Core's combined 1F1B (megatron/core/models/common/model_chunk_schedule_plan.py
+    schedule_layer_1f1b) puts each AllToAll on the communication stream beside one compute node
+    of the other micro-batch, not beside the whole layer: backward combine | forward attention
+    block; forward dispatch | backward MLP (dgrad); backward dispatch | forward MLP and the
+    backward MLP's weight gradients (mlp.dw); forward combine | backward attention block and its
+    weight gradients (attn.dw, the next layer's pre_backward). Each AllToAll outlasts its partner
+    alone; the hidden part still costs the SMs the dispatch kernels hold (overlap_exposed)."""
+    one = f["ep"] / 2  # one AllToAll: dispatch and combine move the same tokens
+    moe_gemm = f["gemm_moe"] + f["gemm_mlp"]
+    attn_gemm = f["gemm"] - moe_gemm
+    moe_share = np.divide(f["moe_elem"], f["elem"], out=np.zeros_like(f["elem"]), where=f["elem"] > 0)
+    attn_fwd = attn_gemm + f["attn"] + f["elem"] - f["moe_elem"] + f["cp_merge"] + f["tp"]
+    attn_bwd = (1 + w) * attn_gemm + f["attn_bwd"] + (1 - moe_share) * f["elem_bwd"] + f["cp_merge_bwd"] + f["tp_bwd"]
+    mlp_fwd = moe_gemm + f["moe_elem"]
+    mlp_dgrad = moe_gemm + moe_share * f["elem_bwd"]
+    partners = (attn_fwd, mlp_dgrad, mlp_fwd + w * moe_gemm, attn_bwd)
+    return sum(overlap_exposed(batch, one, partner) for partner in partners)
 
 
 def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, no_softmax: bool) -> dict[str, np.ndarray]:

@@ -77,7 +77,7 @@ def test_ep_overlap_leaves_the_warmup_and_cooldown_passes_exposed():
     # mean over ranks 7 + 24 + 1 = 32 of 256 chunk passes run alone, 0.125; pp 1 (dp 128, mbs 2:
     # 4 micro-batches): the first forward and the last backward, 1 of 4
     from autopar.cost.context import Batch
-    from autopar.cost.layer import layer_forward, layer_parts
+    from autopar.cost.layer import _paired_ep_exposed, layer_forward, layer_parts
     from autopar.cost.moe import overlap_exposed
     from autopar.cost.table import PlanTable
 
@@ -91,9 +91,36 @@ def test_ep_overlap_leaves_the_warmup_and_cooldown_passes_exposed():
     assert list(b.ep_unpaired) == pytest.approx([32 / 256, 1 / 4, 0.0])
     f, parts = layer_forward(b, 5), layer_parts(b, 5)
     full = 2 * f["ep"]
-    compute = (3 + b.wgrad) * f["gemm"] + f["attn"] + f["attn_bwd"] + f["elem"] + f["elem_bwd"]
-    hidden = overlap_exposed(b, full, compute)
+    hidden = _paired_ep_exposed(b, f, b.wgrad)
+    # at 4,096 tokens over 4 nodes an AllToAll outlasts the forward attention block beside it, so
+    # more than the SMs DeepEP holds is paid (what a whole-layer pairing would charge)
+    assert hidden[0] > 2 * overlap_exposed(b, full, 10 * full)[0]
     assert parts["ep_comm"][0] == pytest.approx(0.875 * hidden[0] + 0.125 * full[0], rel=1e-9)
     assert parts["ep_comm"][1] == pytest.approx(0.75 * hidden[1] + 0.25 * full[1], rel=1e-9)
     assert parts["ep_comm"][2] == pytest.approx(full[2], rel=1e-9)  # no overlap: all exposed
     assert hidden[0] < parts["ep_comm"][0] < full[0]
+
+
+def test_ep_overlap_pairs_each_alltoall_with_one_compute_node():
+    # Megatron-Core's schedule_layer_1f1b: backward combine | forward attention block, forward
+    # dispatch | backward MLP dgrad, backward dispatch | forward MLP + MLP wgrad, forward combine |
+    # backward attention block + wgrad. Hand case (seconds, one micro-batch, one layer): each
+    # AllToAll 1.0 (dispatch + combine forward 2.0); attention GEMMs 0.2, core 0.1 forward / 0.25
+    # backward, attention element-wise 0.1 forward / 0.2 backward; MoE GEMMs 1.5, element-wise
+    # 0.1 / 0.2. Nodes: attention forward 0.2 + 0.1 + 0.1 = 0.4; MLP dgrad 1.5 + 0.2 = 1.7; MLP
+    # forward + wgrad 1.6 + 1.5 = 3.1; attention backward 0.4 + 0.25 + 0.2 = 0.85. Exposed
+    # without SM cost: (1 - 0.4) + (1 - 0.85) = 0.75 s. The whole layer's 6.05 s of compute would
+    # have hidden all 4 s.
+    import numpy as np
+
+    from autopar.cost.layer import _paired_ep_exposed
+
+    class NoSmCost:  # overlap_exposed reads the GPU's SM count: None charges no SMs
+        params = load_cost_params()
+        cluster = load_cluster("dgx-h100").model_copy(update={"gpu": load_cluster("dgx-h100").gpu.model_copy(update={"num_sms": None})})
+
+    a = lambda x: np.array([x])  # noqa: E731
+    f = {"ep": a(2.0), "gemm": a(1.7), "gemm_moe": a(1.5), "gemm_mlp": a(0.0), "attn": a(0.1), "attn_bwd": a(0.25),
+         "elem": a(0.2), "moe_elem": a(0.1), "elem_bwd": a(0.4), "cp_merge": a(0.0), "cp_merge_bwd": a(0.0),
+         "tp": a(0.0), "tp_bwd": a(0.0)}
+    assert _paired_ep_exposed(NoSmCost(), f, 1.0)[0] == pytest.approx(0.75)
