@@ -475,8 +475,10 @@ def _paired_ep_exposed(batch: Batch, f: dict[str, np.ndarray], w: float) -> np.n
     of the other micro-batch, not beside the whole layer: backward combine | forward attention
     block; forward dispatch | backward MLP (dgrad); backward dispatch | forward MLP and the
     backward MLP's weight gradients (mlp.dw); forward combine | backward attention block and its
-    weight gradients (attn.dw, the next layer's pre_backward). Each AllToAll outlasts its partner
-    alone; the hidden part still costs the SMs the dispatch kernels hold (overlap_exposed)."""
+    weight gradients (attn.dw, the next layer's pre_backward). DualPipe pairs the same components
+    of a forward and a backward chunk (DeepSeek-V3 report, arXiv 2412.19437, Fig. 4). Each
+    AllToAll outlasts its partner alone; the hidden part still costs the SMs the dispatch kernels
+    hold (overlap_exposed)."""
     one = f["ep"] / 2  # one AllToAll: dispatch and combine move the same tokens
     moe_gemm = f["gemm_moe"] + f["gemm_mlp"]
     attn_gemm = f["gemm"] - moe_gemm
