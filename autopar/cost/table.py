@@ -18,11 +18,6 @@ if TYPE_CHECKING:
 RECOMPUTE = list(Recompute)
 SCHEDULE = list(Schedule)
 V_SHAPED = [i for i, s in enumerate(SCHEDULE) if s.v_shaped]
-
-
-def v_shaped(schedule_codes: np.ndarray) -> np.ndarray:
-    """Rows whose schedule places two chunks per rank in a V (Schedule.v_shaped)."""
-    return np.isin(schedule_codes, V_SHAPED)
 CP_ALGO = list(CpAlgo)
 ORDER = list(RankOrder)
 GRAD_SYNC = list(GradSync)
@@ -30,6 +25,12 @@ DISPATCHER = list(Dispatcher)
 RECOMPUTE_MODULES = list(RecomputeModule)
 OFFLOAD_MODULES = list(OffloadModule)
 NONE = -1  # sentinel for optional integer columns
+
+
+def v_shaped(schedule_codes: np.ndarray) -> np.ndarray:
+    """Rows whose schedule places two chunks per rank in a V (Schedule.v_shaped)."""
+    return np.isin(schedule_codes, V_SHAPED)
+
 
 _INTERNED: list[object] = []  # layout strings and per-stage tuples, coded as integers in columns
 _CODES: dict[object, int] = {}
