@@ -73,6 +73,16 @@ class Batch:
         """The mechanisms of the training's software stack (profiles/stacks)."""
         return load_stack(self.training.stack)
 
+    @cached_property
+    def sac_reruns_attention(self) -> bool:
+        """Per-op SAC runs the attention forward again in backward: its save list lacks the
+        kernel the stack runs on this GPU (TrainingSpec.sac_saves_cudnn_attention: torchtitan
+        before PR #2095 saved the flash and efficient SDPA outputs, not cuDNN's, which it runs
+        first on Blackwell)."""
+        tr = self.training
+        return (self.stack.selective_recompute == "per_op" and tr.flash_attention and not tr.sac_saves_cudnn_attention
+                and self.stack.kernel(self.cluster.gpu.architecture) == "cudnn")
+
     @property
     def wgrad(self) -> float:
         """Weight-gradient GEMMs per forward GEMM: 1, or 0 with frozen weights (LoRA)."""

@@ -458,8 +458,9 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
         # per-op SAC (torchtitan): the recomputed GEMMs, every element-wise forward kernel and
-        # the SP AllGathers (not in its save list)
-        "sac": f["sac_gemm"] + f["elem"] + f["sac_tp"],
+        # the SP AllGathers (not in its save list); the attention forward where the list lacks
+        # the kernel that ran (Batch.sac_reruns_attention)
+        "sac": f["sac_gemm"] + f["elem"] + f["sac_tp"] + (f["attn"] if batch.sac_reruns_attention else 0.0),
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
         # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
         # reruns the router, the permutes, the dispatch and combine collectives and the experts

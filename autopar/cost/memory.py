@@ -300,13 +300,15 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
 
 def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
     """torchtitan per-op SAC keeps the block input, the outputs of the saved matmuls (wq, wv,
-    w1, w2), the attention output and its fp32 log-sum-exp; a MoE block keeps its dispatched
-    tokens and router probabilities (grouped GEMMs are recomputed). Bytes per micro-batch."""
+    w1, w2), the attention output and its fp32 log-sum-exp (not where the save list lacks the
+    attention kernel: Batch.sac_reruns_attention); a MoE block keeps its dispatched tokens and
+    router probabilities (grouped GEMMs are recomputed). Bytes per micro-batch."""
     m, t = batch.model, batch.tab.tp
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     q = m.num_attention_heads / t * (m.mla.v_head_dim if m.mla else m.head_size)
     v = kv_heads_per_rank(batch) * (m.mla.v_head_dim if m.mla else m.head_size)
-    out = B * T * (2 * m.hidden_size / tsp + q + v + q) + 4 * T * m.num_attention_heads / t
+    attention_output = 0.0 if batch.sac_reruns_attention else B * T * q + 4 * T * m.num_attention_heads / t
+    out = B * T * (2 * m.hidden_size / tsp + q + v) + attention_output
     if m.is_moe_layer(index):
         routed = routed_copies(batch)
         return out + B * routed * m.moe_expert_width + 4 * T * m.num_experts

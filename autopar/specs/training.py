@@ -114,6 +114,12 @@ class TrainingSpec(StrictModel):
     stack: Stack = Field(Stack.megatron, description="Training software: switches named mechanisms (kernels, fusion, overlap), "
                          "profiles/stacks/<stack>.yaml")
     flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
+    sac_saves_cudnn_attention: bool = Field(
+        True,
+        description="torchtitan per-op SAC keeps the cuDNN attention kernel's output, as its save list does since "
+        "torchtitan PR #2095 (2025-12-01, 'add all SDPA backends to op_sac_save_list'); false for earlier torchtitan, "
+        "whose list named only the flash and memory-efficient SDPA ops, so on a GPU where the stack runs cuDNN attention "
+        "(Blackwell) backward reruns the attention forward and the attention output is not kept")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")
 

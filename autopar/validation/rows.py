@@ -78,6 +78,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   in Megatron; async TP in torchtitan when the row says so
 - FP8 recipe: rowwise when the precision says so (torchao), else tensorwise (the rows predate
   torchtitan's rowwise-only converter)
+- torchtitan per-op SAC: keeps cuDNN attention's output unless the software version's latest date
+  is before 2025-12 (torchtitan PR #2095 added cuDNN to the save list; Blackwell runs cuDNN first)
 - MoE routing: forced balanced when the row says so, in consecutive expert blocks when it names
   NeMo AutoModel's fake balanced gate; token dropping at the capacity the row names;
   otherwise learned dropless
@@ -417,6 +419,24 @@ def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
 FLASH_MIN_COMPUTE_CAPABILITY = 7.5
 
 
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+# dates a software version states: 2024-12-26, a nightly's dev20250815, 'Aug 2024', 'April 2024'
+STATED_DATES = re.compile(r"(20\d\d)-(\d\d)\b|dev(20\d\d)(\d\d)\d\d|\b(%s)[a-z]*\.?\s+(20\d\d)\b" % "|".join(MONTHS), re.I)
+# torchtitan PR #2095 (merged 2025-12-01): per-op SAC saves every SDPA backend's output, cuDNN's included
+SAC_SAVES_CUDNN_SINCE = (2025, 12)
+
+
+def software_date(row: dict[str, Any]) -> tuple[int, int] | None:
+    """The latest (year, month) the row's software version states, None where it states none."""
+    dates = []
+    for iso_y, iso_m, dev_y, dev_m, month, year in STATED_DATES.findall(str(row.get("software_version") or "")):
+        if iso_y or dev_y:
+            dates.append((int(iso_y or dev_y), int(iso_m or dev_m)))
+        else:
+            dates.append((int(year), MONTHS.index(month.lower()[:3]) + 1))
+    return max(dates) if dates else None
+
+
 def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpec:
     """The row's training inputs; gpu (the part that ran) settles what the row leaves out and
     the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
@@ -433,6 +453,9 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
         fields["fp8_recipe"] = Fp8Recipe.rowwise if "rowwise" in _text(row, "precision") else Fp8Recipe.tensorwise
     if row.get("moe_num_experts"):
         fields.update(_moe_training(row))
+    date = software_date(row)
+    if fields["stack"] in (Stack.torchtitan, Stack.torchtitan_compile) and date is not None and date < SAC_SAVES_CUDNN_SINCE:
+        fields["sac_saves_cudnn_attention"] = False
     return TrainingSpec.model_validate(fields)
 
 
