@@ -143,3 +143,9 @@ class Batch:
         """The pair of ranks one hop apart in a ring or pipeline group."""
         on_node = group.nodes == 1
         return Group(np.full_like(group.size, 2), np.where(on_node, 2, 1), np.where(on_node, 1, 2))
+
+
+def sac_reruns_sdpa(batch: Batch, index: int) -> bool:
+    """Batch.sac_reruns_attention for layer `index`: only a softmax-attention layer calls SDPA
+    (linear attention and Mamba layers run their own kernels)."""
+    return batch.sac_reruns_attention and batch.model.has_softmax_attention(index)

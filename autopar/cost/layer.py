@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost.comm import Collective, sm_slowdown
-from autopar.cost.context import Batch
+from autopar.cost.context import Batch, sac_reruns_sdpa
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms, projection_shares
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, mla_latent_widths, qkv_bytes, query_elements
@@ -460,7 +460,7 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
         # per-op SAC (torchtitan): the recomputed GEMMs, every element-wise forward kernel and
         # the SP AllGathers (not in its save list); the attention forward where the list lacks
         # the kernel that ran (Batch.sac_reruns_attention)
-        "sac": f["sac_gemm"] + f["elem"] + f["sac_tp"] + (f["attn"] if batch.sac_reruns_attention else 0.0),
+        "sac": f["sac_gemm"] + f["elem"] + f["sac_tp"] + (f["attn"] if sac_reruns_sdpa(batch, index) else 0.0),
         # forward seconds (and FLOPs) each RecomputeModule adds when selective recompute names it
         # (Megatron-Core recompute_modules): the module's forward runs again in backward; 'moe'
         # reruns the router, the permutes, the dispatch and combine collectives and the experts

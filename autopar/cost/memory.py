@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.cost.context import Batch
+from autopar.cost.context import Batch, sac_reruns_sdpa
 from autopar.cost.moe import expert_load_factor, routed_tokens
 from autopar.cost.table import NONE, SCHEDULE, has_module, selective_modules
 from autopar.specs.plan import OffloadModule, RecomputeModule, Schedule
@@ -301,13 +301,13 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
 def per_op_saved_bytes(batch: Batch, index: int) -> np.ndarray:
     """torchtitan per-op SAC keeps the block input, the outputs of the saved matmuls (wq, wv,
     w1, w2), the attention output and its fp32 log-sum-exp (not where the save list lacks the
-    attention kernel: Batch.sac_reruns_attention); a MoE block keeps its dispatched tokens and
+    attention kernel: sac_reruns_sdpa); a MoE block keeps its dispatched tokens and
     router probabilities (grouped GEMMs are recomputed). Bytes per micro-batch."""
     m, t = batch.model, batch.tab.tp
     T, B, tsp = batch.tokens, batch.training.activation_bytes, batch.sp_divisor
     q = m.num_attention_heads / t * (m.mla.v_head_dim if m.mla else m.head_size)
     v = kv_heads_per_rank(batch) * (m.mla.v_head_dim if m.mla else m.head_size)
-    attention_output = 0.0 if batch.sac_reruns_attention else B * T * q + 4 * T * m.num_attention_heads / t
+    attention_output = 0.0 if sac_reruns_sdpa(batch, index) else B * T * q + 4 * T * m.num_attention_heads / t
     out = B * T * (2 * m.hidden_size / tsp + q + v) + attention_output
     if m.is_moe_layer(index):
         routed = routed_copies(batch)

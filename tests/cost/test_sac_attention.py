@@ -72,3 +72,16 @@ def test_rows_before_the_fix_take_the_old_save_list():
     assert row_training({**row, "software_version": "torchtitan ~2025-12"}).sac_saves_cudnn_attention is True
     assert row_training({**row, "software_version": None}).sac_saves_cudnn_attention is True  # no date: today's torchtitan
     assert row_training({**row, "software": "Megatron-LM"}).sac_saves_cudnn_attention is True
+
+
+def test_only_softmax_attention_layers_call_sdpa():
+    # Qwen3-Next: three Gated DeltaNet layers, then one softmax-attention layer (preset layer
+    # pattern); the DeltaNet kernels are no SDPA backend, so no save list concerns them
+    from autopar.cost.context import sac_reruns_sdpa
+    from autopar.specs import load_model
+    model = load_model("qwen3-next-80b-a3b")
+    tab = PlanTable.from_plans([Plan(tp=1, pp=1, dp=8, mbs=1, zero=3, recompute=Recompute.selective)], 8)
+    training = TrainingSpec(seq_len=SEQ, global_batch_size=8, stack=Stack.torchtitan_compile, sac_saves_cudnn_attention=False)
+    b = Batch(model, load_cluster("dgx-b200").with_gpus(8), training, load_cost_params(), tab)
+    flags = [sac_reruns_sdpa(b, i) for i in range(4)]
+    assert flags == [model.has_softmax_attention(i) for i in range(4)] and any(flags) and not all(flags)
