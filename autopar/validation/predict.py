@@ -8,11 +8,11 @@ import itertools
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopar.cost import estimate
 from autopar.cost.flops import model_flops_per_token
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, InputError
 from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
@@ -169,6 +169,8 @@ def _resolve(inputs: RowInputs, params: CostParams) -> tuple[Estimate, dict[str,
         try:
             tried.append((estimate(inputs.model, inputs.cluster, inputs.training, plan_of(fields), params), chosen, fields))
         except (AutoparError, ValueError) as exc:
+            if isinstance(exc, ValidationError):  # a plan pydantic refuses: its first error, named
+                exc = InputError.from_validation(exc, "plan", ",".join(f"{k}={getattr(v, 'value', v)}" for k, v in fields.items()))
             last_error = exc if isinstance(exc, AutoparError) else AutoparError(str(exc))
     if not tried:
         raise last_error or AutoparError("no candidate plan")

@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autopar.errors import InputError
+from pydantic import ValidationError
+
+from autopar.errors import InputError, ProfileNotFound
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
 from autopar.specs._files import preset_files
 from autopar.specs.hardware import GpuSpec, IntraNode
@@ -146,7 +148,8 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     global_batch_size derived from tokens_per_batch / seq_len or micro_batch_size x dp x
     grad_accum_steps (what each derivation was is returned, for the report). Raises InputError
     naming the column for a value that is not a number."""
-    out = dict(row)
+    # a cell a table leaves blank or marks unknown ("", "n/a", "-", "?") is a column not given
+    out = {k: (None if isinstance(v, str) and v.strip().lower() in BLANK_CELLS else v) for k, v in row.items()}
     # a utilization is a fraction of peak: "38.2%", or 38.2 (above 1), is a percentage
     written = {c for c in ("mfu", "hfu") if isinstance(out.get(c), str) and out[c].strip().endswith("%")}
     out.update({c: out[c].strip()[:-1] for c in written})
@@ -164,7 +167,16 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         if stage is None:
             raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3")
         out["zero_stage"] = int(stage.group(0))
+    derived.update(_dims_from_preset(out))
+    derived.update(_missing_num_gpus(out))
     derived.update(_missing_degree(out))
+    if out.get("seq_len") is None and out.get("tokens_per_batch") and out.get("global_batch_size"):
+        seq, rest = divmod(out["tokens_per_batch"], out["global_batch_size"])
+        if not rest and seq > 0:
+            out["seq_len"], derived["seq_len"] = int(seq), "tokens_per_batch / global_batch_size"
+    for column, rule in REQUIRED_COLUMNS:
+        if out.get(column) is None:
+            raise InputError(column, None, rule)
     if out.get("global_batch_size") is None and out.get("seq_len"):
         tokens, mbs, steps = out.get("tokens_per_batch"), out.get("micro_batch_size"), out.get("grad_accum_steps")
         ranks = (out.get("tp") or 1) * (out.get("pp") or 1) * (out.get("cp") or 1)
@@ -178,6 +190,72 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         else:
             raise InputError("global_batch_size", None, "required: give it, or tokens_per_batch, or micro_batch_size, dp and grad_accum_steps")
     return out, derived
+
+
+BLANK_CELLS = frozenset({"", "n/a", "na", "nan", "-", "\u2013", "\u2014", "?", "null", "unknown", "not stated", "not reported"})
+# what no derivation supplies; the rule says where else the value may come from
+REQUIRED_COLUMNS = (
+    ("num_layers", "required (or a model_name that names a model preset, which gives the architecture)"),
+    ("hidden_size", "required (or a model_name that names a model preset, which gives the architecture)"),
+    ("num_attention_heads", "required (or a model_name that names a model preset, which gives the architecture)"),
+    ("num_gpus", "required (or tp, pp, cp and dp, or tokens_per_sec_total with tokens_per_sec_per_gpu)"),
+    ("seq_len", "required (or tokens_per_batch with global_batch_size)"),
+)
+# the architecture columns a model preset fills when a row states none of the model's shape
+PRESET_DIMS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("num_attention_heads", "num_attention_heads"),
+               ("num_kv_heads", "num_kv_heads"), ("ffn_hidden_size", "ffn_hidden_size"), ("vocab_size", "vocab_size"),
+               ("moe_num_experts", "num_experts"), ("moe_top_k", "moe_top_k"), ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
+               ("moe_shared_expert_ffn_size", "moe_shared_expert_ffn_size"))
+
+
+def preset_key_for_name(name: str) -> str | None:
+    """The model preset a free-text model name names: its file name, a PRESET_NAMES pattern, or
+    the same letters and digits ('Llama-2 70B' is llama2-70b; a LLaMA 3.1, 3.2 or 3.3 size is the
+    LLaMA 3 preset of that size: same architecture, Llama 3 paper Table 3); None when none."""
+    files, slug = preset_files("models"), _slug(name)
+    if slug in files:
+        return slug
+    key = next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
+    if key in files:
+        return key
+    compact = re.sub(r"[^a-z0-9]", "", name.lower().replace("meta-", "").replace("meta ", ""))
+    compact = re.sub(r"^llama3[123]", "llama3", compact)
+    return next((k for k in files if re.sub(r"[^a-z0-9]", "", k) == compact), None)
+
+
+def _dims_from_preset(out: dict[str, Any]) -> dict[str, str]:
+    """A row that leaves out the model's layers, width or heads (or, with EP, its experts) takes
+    them and the other shape columns it leaves out from the model preset its model_name names (in
+    place). A row that states them keeps its own: row_preset matches a preset only to a row of
+    the same shape."""
+    experts_missing = (out.get("ep") or 1) > 1 and not out.get("moe_num_experts")
+    if all(out.get(c) is not None for c in ("num_layers", "hidden_size", "num_attention_heads")) and not experts_missing:
+        return {}
+    key = preset_key_for_name(str(out.get("model_name") or ""))
+    if key is None:
+        return {}
+    preset, derived = load_model(key), {}
+    for column, attribute in PRESET_DIMS:
+        value = getattr(preset, attribute)
+        if out.get(column) is None and value:
+            out[column], derived[column] = value, f"model preset {key}"
+    return derived
+
+
+def _missing_num_gpus(out: dict[str, Any]) -> dict[str, str]:
+    """A row without num_gpus: the product of the degrees it states (tp x pp x cp x dp; EP and
+    expert TP fold inside them), else its total throughput over its per-GPU throughput (in place)."""
+    if out.get("num_gpus") is not None:
+        return {}
+    dp = out.get("dp") or out.get("dp_inferred")
+    if out.get("tp") and out.get("pp") and dp:
+        out["num_gpus"] = int(out["tp"] * out["pp"] * (out.get("cp") or 1) * dp)
+        return {"num_gpus": "tp x pp x cp x dp"}
+    total, per_gpu = out.get("tokens_per_sec_total"), out.get("tokens_per_sec_per_gpu")
+    if total and per_gpu and round(total / per_gpu) >= 1 and abs(total / per_gpu - round(total / per_gpu)) < 0.05:
+        out["num_gpus"] = int(round(total / per_gpu))
+        return {"num_gpus": "tokens_per_sec_total / tokens_per_sec_per_gpu"}
+    return {}
 
 
 def _missing_degree(out: dict[str, Any]) -> dict[str, str]:
@@ -238,7 +316,29 @@ def _gpu_name(row: dict[str, Any]) -> tuple[str, str]:
     name = str(row.get("gpu_normalized") or stated)
     if name.lower().startswith("ampere"):
         name = "A100-80GB"
+    try:
+        load_gpu(name)
+    except ProfileNotFound:
+        # a label that is no preset name or alias ('H100 (80GB)', 'DGX-B200', 'H100-SXM (DGX H100,
+        # Eos)'): the GPU it names, looked up in the label and then in gpu_type
+        text = f"{row.get('gpu_normalized') or ''} | {stated}"
+        name = next((part for pattern, part in GPU_IN_TEXT if pattern.search(text)), name)
     return name, name
+
+
+# GPU names inside free text, the more specific first (GB200 before B200, GH200 before H200)
+GPU_IN_TEXT = (
+    (re.compile(r"\bGB300\b", re.I), "GB300"),
+    (re.compile(r"\bGB200\b", re.I), "GB200"),
+    (re.compile(r"\bB300\b", re.I), "B300"),
+    (re.compile(r"\bB200\b", re.I), "B200"),
+    (re.compile(r"\bGH200\b", re.I), "GH200"),
+    (re.compile(r"\bH200\b", re.I), "H200"),
+    (re.compile(r"\bH100\b", re.I), "H100"),
+    (re.compile(r"\bA100\b[^|]*\b40 ?GB", re.I), "A100-40GB"),
+    (re.compile(r"\bA100\b", re.I), "A100-80GB"),
+    (re.compile(r"\bV100\b", re.I), "V100"),
+)
 
 
 def is_2021(row: dict[str, Any]) -> bool:
@@ -321,9 +421,8 @@ def _slug(name: str) -> str:
 def row_preset(row: dict[str, Any], name: str) -> ModelSpec | None:
     """The model preset a row's model is: named by the row (file name or PRESET_NAMES) and with
     the row's layers, width and routed experts; None when there is none."""
-    files, slug = preset_files("models"), _slug(name)
-    key = slug if slug in files else next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
-    if key not in files:
+    key = preset_key_for_name(name)
+    if key is None:
         return None
     preset = load_model(key)
     same = (preset.num_layers, preset.hidden_size, preset.num_experts) == (
@@ -366,7 +465,10 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
                       moe_shared_expert_ffn_size=row.get("moe_shared_expert_ffn_size") or 0)
     fields.update(_preset_fields(row, name))
     fields["head_dim"] = _head_dim(row) or fields.get("head_dim")
-    return ModelSpec.model_validate(fields)
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InputError.from_validation(exc, "model", name) from None
 
 
 def row_cluster(row: dict[str, Any]) -> ClusterSpec:

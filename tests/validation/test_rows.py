@@ -323,3 +323,71 @@ def test_torchtitan_compile_read_from_the_row(fields, compiled):
     from autopar.validation.rows import row_stack
     row = {"software": "torchtitan", "id": "r", **fields}
     assert row_stack(row) == (Stack.torchtitan_compile if compiled else Stack.torchtitan)
+
+
+# Rows from other tables leave columns out or write them differently: what a row does not state
+# comes from what it does, and what nothing supplies is named in the skip, never a KeyError.
+BARE = {k: v for k, v in BASE.items() if k not in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size")}
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("Llama 3 8B", "llama3-8b"), ("Llama 3.1 8B", "llama3-8b"), ("Meta-Llama-3.1-405B", "llama3-405b"),
+    ("Llama-2 70B", "llama2-70b"), ("Mixtral 8x7B", "mixtral-8x7b"), ("DeepSeek-V3", "deepseek-v3"), ("GPT 1.7B", None),
+])
+def test_model_name_finds_its_preset(name, preset):
+    from autopar.validation.rows import preset_key_for_name
+    assert preset_key_for_name(name) == preset
+
+
+def test_missing_shape_comes_from_the_named_preset():
+    # LLaMA 3 8B (Llama 3 paper Table 3): 32 layers, width 4096, 32 heads, 8 KV heads, FFN 14336
+    row, derived = normalize_row({**BARE, "model_name": "Llama 3.1 8B"})
+    assert (row["num_layers"], row["hidden_size"], row["num_attention_heads"], row["num_kv_heads"], row["ffn_hidden_size"]) == (32, 4096, 32, 8, 14336)
+    assert derived["hidden_size"] == "model preset llama3-8b"
+    # the prediction equals the one of the row that states the shape
+    assert predict_row({**BARE, "model_name": "Llama 3.1 8B"}).predicted_tokens_per_second_per_gpu == pytest.approx(
+        predict_row({**BASE, "model_name": "Llama 3.1 8B"}).predicted_tokens_per_second_per_gpu, rel=1e-9)
+
+
+def test_missing_shape_without_a_preset_is_named():
+    res = predict_row({**BARE, "model_name": "GPT 1.7B"})
+    assert res.skipped.startswith("InputError: num_layers=None: required (or a model_name that names a model preset")
+
+
+def test_expert_count_from_the_preset_when_ep_is_stated():
+    # Mixtral 8x7B: 8 experts, top-2 (Jiang et al. 2024); the row states EP 8 and no experts
+    row = {**BASE, "model_name": "Mixtral 8x7B", "num_layers": 32, "num_attention_heads": 32, "ffn_hidden_size": 14336, "ep": 8}
+    out, derived = normalize_row(row)
+    assert (out["moe_num_experts"], out["moe_top_k"]) == (8, 2) and derived["moe_num_experts"] == "model preset mixtral-8x7b"
+
+
+@pytest.mark.parametrize("columns, gpus, how", [
+    ({"tp": 8, "pp": 4, "dp": 2, "cp": 2}, 128, "tp x pp x cp x dp"),                       # 8 x 4 x 2 x 2
+    ({"tokens_per_sec_total": 320000.0, "tokens_per_sec_per_gpu": 5000.0}, 64, "tokens_per_sec_total / tokens_per_sec_per_gpu"),
+])
+def test_missing_num_gpus_is_derived(columns, gpus, how):
+    row = {k: v for k, v in BASE.items() if k != "num_gpus"} | columns
+    out, derived = normalize_row(row)
+    assert out["num_gpus"] == gpus and derived["num_gpus"] == how
+
+
+def test_blank_cells_are_columns_not_given():
+    # "" / "n/a" / "-" in a numeric or stage column: not given (was: zero_stage='' refused the row)
+    out, _ = normalize_row({**BASE, "zero_stage": "", "micro_batch_size": "n/a", "vpp": "-"})
+    assert out["zero_stage"] is None and out["micro_batch_size"] is None and out["vpp"] is None
+    assert predict_row({**BASE, "zero_stage": "", "micro_batch_size": "n/a"}).skipped is None
+
+
+def test_seq_len_from_tokens_per_batch():
+    out, derived = normalize_row({**{k: v for k, v in BASE.items() if k != "seq_len"}, "tokens_per_batch": 524288})
+    assert out["seq_len"] == 8192 and derived["seq_len"] == "tokens_per_batch / global_batch_size"  # 524288 / 64
+
+
+@pytest.mark.parametrize("label, gpu_type, part", [
+    ("H100 (80GB)", None, "H100"), ("DGX-B200", None, "B200"), (None, "H100-SXM (DGX H100, Eos)", "H100"),
+    ("GB200 NVL72 rack", None, "GB200"), ("A100 SXM4 40 GB", None, "A100-40GB"),
+])
+def test_gpu_named_in_free_text(label, gpu_type, part):
+    from autopar.validation.rows import row_cluster
+    row = {**BASE, "gpu_normalized": label, "gpu_type": gpu_type}
+    assert row_cluster(normalize_row(row)[0]).gpu.name == part
