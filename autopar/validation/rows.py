@@ -64,16 +64,27 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   preset has the row's query heads, else multi-head attention
 - cp, ep, vpp: 1; etp: tp (Megatron default); a pp_schedule 'DualPipeV' (torchtitan): schedule
   dualpipev with its two stages per rank
-- precision: bf16 (fp16 on a part without bf16: V100); gpus_per_node: 8 (72 for NVL72 GPUs,
+- a blank cell ('', n/a, -, ?, unknown): not given; layers, width or heads (or, with EP, the
+  experts) left out: the model preset the model_name names (also 'Llama 3.1 70B' for the Llama 3
+  preset of that size); num_gpus left out: tp x pp x cp x dp, else total / per-GPU throughput;
+  seq_len left out: tokens_per_batch / global_batch_size
+- precision: precision_normalized, else the narrowest format the precision column names (FP4,
+  FP8/MXFP8, BF16, FP16/AMP), else bf16 (fp16 on a part without bf16: V100); gpus_per_node: 8 (72 for NVL72 GPUs,
   4 for GH200, 16 for V100: DGX-2); attention unfused on V100 (FlashAttention needs sm_75+)
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
-  label in gpu_normalized; a PCIe card's node talks over PCIe at the card's link rate
+  label in gpu_normalized; a label that is no preset ('H100 (80GB)', 'DGX-B200') is read for the
+  GPU it names; a PCIe card's node talks over PCIe at the card's link rate
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
   torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or
   'compile' in the precision or variant, or notes / software version saying 'torch.compile
   enabled', 'compile on', 'compile from <toml>' and not 'compile off'); Composer/llm-foundry FSDP ->
   llm-foundry
 - sequence_parallel: on when tp > 1 (Megatron-Core and NeMo default), off for 2021 software
+- recompute in other trainers' words: 'activation/gradient checkpointing', 'AC=full', yes/true
+  -> full; 'SAC' -> selective; off/false -> none; anything else is an open choice
+- ZeRO stage in words: os / os+g / os+g+p (the ZeRO paper's partitions) -> 1 / 2 / 3, FSDP -> 3,
+  distributed optimizer -> 1, none/DDP -> 0; PyTorch FSDP HYBRID_SHARD shards within a node,
+  SHARD_GRAD_OP keeps the gathered weights from forward to backward (reshard off)
 - ZeRO: 3 for FSDP rows; 1 (distributed optimizer) for Megatron/NeMo rows from 2022 on; 0 for 2021 software
 - flash attention: off for 2021 software (unfused softmax), on otherwise
 - TP communication overlap: off for 2021 software and for stacks without it; on with sequence parallel
@@ -164,9 +175,10 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     zero = out.get("zero_stage")
     if isinstance(zero, str):
         stage = re.search(r"[0-3]", zero)
-        if stage is None:
-            raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3")
-        out["zero_stage"] = int(stage.group(0))
+        word = next((n for pattern, n in ZERO_WORDS if pattern.search(zero)), None)
+        if stage is None and word is None:
+            raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3 (or os / os+g / os+g+p, FSDP, distributed optimizer, none)")
+        out["zero_stage"] = int(stage.group(0)) if stage else word
     derived.update(_dims_from_preset(out))
     derived.update(_missing_num_gpus(out))
     derived.update(_missing_degree(out))
@@ -192,6 +204,14 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     return out, derived
 
 
+# ZeRO stages in words: the ZeRO paper's partitions (Rajbhandari et al. 2020, sec. 5: P_os, P_os+g,
+# P_os+g+p), FSDP full sharding (stage 3), Megatron's distributed optimizer (stage 1)
+ZERO_WORDS = (
+    (re.compile(r"os\s*\+\s*g\s*\+\s*p|full[_ ]?shard|\bfsdp\b", re.I), 3),
+    (re.compile(r"os\s*\+\s*g\b|shard[_ ]?grad[_ ]?op", re.I), 2),
+    (re.compile(r"^\s*p?os\s*$|distributed optimi[sz]er", re.I), 1),
+    (re.compile(r"^\s*(?:none|off|no|disabled|ddp)\s*$", re.I), 0),
+)
 BLANK_CELLS = frozenset({"", "n/a", "na", "nan", "-", "\u2013", "\u2014", "?", "null", "unknown", "not stated", "not reported"})
 # what no derivation supplies; the rule says where else the value may come from
 REQUIRED_COLUMNS = (
@@ -539,10 +559,24 @@ def software_date(row: dict[str, Any]) -> tuple[int, int] | None:
     return max(dates) if dates else None
 
 
+# the GEMM precision a free-text precision column names when the row has no precision_normalized;
+# the narrowest format named wins ('FP8 + BF16 mixed': the GEMMs run FP8)
+PRECISION_IN_TEXT = (
+    (re.compile(r"nvfp4|\bfp4\b|mxfp4", re.I), "fp4"),
+    (re.compile(r"fp8|float8|\be4m3\b", re.I), "fp8"),
+    (re.compile(r"bf16|bfloat16", re.I), "bf16"),
+    (re.compile(r"fp16|float16|\bhalf\b|\bamp\b|\bapex\b", re.I), "fp16"),
+)
+
+
+def _precision_in_text(text: Any) -> str | None:
+    return next((name for pattern, name in PRECISION_IN_TEXT if pattern.search(str(text or ""))), None)
+
+
 def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpec:
     """The row's training inputs; gpu (the part that ran) settles what the row leaves out and
     the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
-    stated = row.get("precision_normalized")
+    stated = row.get("precision_normalized") or _precision_in_text(row.get("precision"))
     default = "fp16" if gpu is not None and not gpu.supports("bf16") else "bf16"
     precision = PRECISION.get(str(stated or default).lower(), default)  # an unknown spelling ('mixed'): the part's default
     flash = not is_2021(row) and (gpu is None or gpu.compute_capability >= FLASH_MIN_COMPUTE_CAPABILITY)
@@ -562,14 +596,19 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
 
 
 def _recompute(row: dict[str, Any]) -> Recompute | None:
-    text = str(row.get("recompute") or "").lower()
-    if text.startswith("full"):
+    text = str(row.get("recompute") or "").lower().strip()
+    if text.startswith("full") or FULL_RECOMPUTE_WORDS.search(text) or text in ("true", "yes", "on", "enabled", "1"):
         return Recompute.full
-    if text.startswith("selective"):
+    if text.startswith("selective") or re.search(r"\b(?:sac|ac\s*=\s*selective|selective (?:ac|activation))\b", text):
         return Recompute.selective
-    if text.startswith("none") or text in ("false", "no"):
+    if text.startswith("none") or text in ("false", "no", "off", "disabled", "0"):
         return Recompute.none
     return None
+
+
+# full recompute in other trainers' words: HF 'gradient_checkpointing: true', DeepSpeed / FSDP
+# 'activation checkpointing' (whole blocks), torchtitan 'AC mode full'
+FULL_RECOMPUTE_WORDS = re.compile(r"\b(?:gradient|activation) checkpointing\b(?!.*selective)|\bac\s*[=:]?\s*full\b|\bfull ac\b")
 
 
 def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
@@ -603,6 +642,8 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
     if text.strip() in ("0", "off", "false", "no"):
         return False, None
     way = re.search(r"(\d+)-way", text)
+    if way is None and "hybrid" in text:  # PyTorch FSDP HYBRID_SHARD: shards within a node, replicates across
+        return True, int(row.get("gpus_per_node") or 8)
     return True, int(way.group(1)) if way and "routed experts" not in text else None
 
 
@@ -639,6 +680,11 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         "tp": tp, "pp": pp, "cp": row.get("cp") or 1, "ep": row.get("ep") or 1, "etp": row.get("etp"),
         "vpp": row.get("vpp") or 1, "zero": zero, "sp": bool(sp) and tp > 1,
     }
+    if fsdp and re.search(r"shard[_ ]?grad[_ ]?op|_zero2", _text(row, "fsdp")):
+        # PyTorch FSDP SHARD_GRAD_OP (and HYBRID_SHARD_ZERO2): weights gathered for the forward stay
+        # until the backward is done (torch.distributed.fsdp.ShardingStrategy docs): FSDP2's
+        # reshard_after_forward=False
+        fields["reshard"] = False
     if model.is_moe:
         fields["dispatcher"] = _dispatcher(row)
         fields["ep_overlap"] = "a2a overlap" in text and "a2a_overlap=0" not in text

@@ -391,3 +391,43 @@ def test_gpu_named_in_free_text(label, gpu_type, part):
     from autopar.validation.rows import row_cluster
     row = {**BASE, "gpu_normalized": label, "gpu_type": gpu_type}
     assert row_cluster(normalize_row(row)[0]).gpu.name == part
+
+
+@pytest.mark.parametrize("written, precision", [
+    ("FP8 (Transformer Engine)", "fp8"), ("fp8-hybrid", "fp8"), ("MXFP8", "fp8"), ("BF16 mixed precision", "bf16"),
+    ("fp16 (apex AMP)", "fp16"), ("NVFP4", "fp4"), ("mixed", "bf16"),   # an unknown word: the part's default
+])
+def test_precision_read_from_text_without_precision_normalized(written, precision):
+    assert row_inputs({**BASE, "precision": written}).training.precision.value == precision
+
+
+@pytest.mark.parametrize("written, recompute", [
+    ("activation checkpointing", "full"), ("gradient checkpointing", "full"), ("AC=full", "full"), ("yes", "full"),
+    ("selective", "selective"), ("SAC", "selective"), ("off", "none"), ("partial (20 layers)", None),
+])
+def test_recompute_spellings(written, recompute):
+    fields = row_inputs({**BASE, "recompute": written}).plan_fields
+    assert (fields.get("recompute").value if fields.get("recompute") else None) == recompute
+
+
+@pytest.mark.parametrize("written, stage", [
+    ("os", 1), ("P_os+g", 2), ("os+g+p", 3), ("FSDP", 3), ("distributed optimizer", 1), ("none", 0), ("ZeRO stage 2", 2),
+])
+def test_zero_stage_words(written, stage):
+    # ZeRO paper (Rajbhandari et al. 2020) sec. 5: P_os = stage 1, P_os+g = 2, P_os+g+p = 3
+    assert normalize_row({**BASE, "zero_stage": written})[0]["zero_stage"] == stage
+
+
+def test_zero_stage_nonsense_is_named():
+    res = predict_row({**BASE, "zero_stage": "maybe"})
+    assert res.skipped.startswith("InputError: zero_stage='maybe': must name a ZeRO stage 0-3")
+
+
+@pytest.mark.parametrize("written, shard, reshard", [
+    ("FULL_SHARD", None, None), ("HYBRID_SHARD", 8, None), ("SHARD_GRAD_OP", None, False), ("_HYBRID_SHARD_ZERO2", 8, False),
+])
+def test_pytorch_fsdp_sharding_strategies(written, shard, reshard):
+    # torch.distributed.fsdp.ShardingStrategy: HYBRID_SHARD shards within a node (8 GPUs here) and
+    # replicates across; SHARD_GRAD_OP keeps the gathered weights from forward to backward
+    fields = row_inputs({**BASE, "fsdp": written}).plan_fields
+    assert fields["zero"] == 3 and fields.get("zero_shard_size") == shard and fields.get("reshard") == reshard
