@@ -69,8 +69,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   preset of that size); num_gpus left out: tp x pp x cp x dp, else total / per-GPU throughput;
   seq_len left out: tokens_per_batch / global_batch_size
 - precision: precision_normalized, else the narrowest format the precision column names (FP4,
-  FP8/MXFP8, BF16, FP16/AMP), else bf16 (fp16 on a part without bf16: V100); gpus_per_node: 8 (72 for NVL72 GPUs,
-  4 for GH200, 16 for V100: DGX-2); attention unfused on V100 (FlashAttention needs sm_75+)
+  FP8/MXFP8, BF16, FP16/AMP), else bf16 (fp16 on a part without bf16: V100)
+- gpus_per_node: 8 (72 for NVL72 GPUs, 4 for GH200, 16 for V100: DGX-2); attention unfused on
+  V100 (FlashAttention needs sm_75+)
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
   label in gpu_normalized; a label that is no preset ('H100 (80GB)', 'DGX-B200') is read for the
   GPU it names; a PCIe card's node talks over PCIe at the card's link rate
