@@ -48,7 +48,8 @@ def test_search_results_are_readable_by_the_group(tmp_path, umask):
 def test_validate_exits_1_when_no_row_is_predicted(tmp_path):
     row = json.loads((ROOT / "tests/data/dev_runs.json").read_text())[0]
     runs = tmp_path / "runs.json"
-    runs.write_text(json.dumps([{**row, "gpu_normalized": "NoSuchGPU"}]))
+    # neither column names a known GPU (a label that is no preset is read for the GPU gpu_type names)
+    runs.write_text(json.dumps([{**row, "gpu_normalized": "NoSuchGPU", "gpu_type": "NoSuchGPU"}]))
     res = CliRunner().invoke(main, ["validate", str(runs), "--quiet"])
     assert res.exit_code == 1
     assert res.stderr.strip().startswith(f"Error: runs='{runs}': no row predicted (1 rows, all skipped; first: ")
