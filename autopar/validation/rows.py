@@ -209,7 +209,7 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
 # P_os+g+p), FSDP full sharding (stage 3), Megatron's distributed optimizer (stage 1)
 ZERO_WORDS = (
     (re.compile(r"os\s*\+\s*g\s*\+\s*p|full[_ ]?shard|\bfsdp\b", re.I), 3),
-    (re.compile(r"os\s*\+\s*g\b|shard[_ ]?grad[_ ]?op", re.I), 2),
+    (re.compile(r"os\s*\+\s*g\b", re.I), 2),
     (re.compile(r"^\s*p?os\s*$|distributed optimi[sz]er", re.I), 1),
     (re.compile(r"^\s*(?:none|off|no|disabled|ddp)\s*$", re.I), 0),
 )
@@ -633,19 +633,24 @@ def _offload_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(n for n in re.split(r"[,\s]+", found.group(1) or found.group(2)) if n in known) or None
 
 
-def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None]:
-    """(FSDP on, shard group size when the column names one smaller than dp x cp). The column
-    holds 0/1 flags, 'On', or text such as 'FSDP2 16-way x TP 8'."""
+def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
+    """(FSDP on, shard group size when the column names one smaller than dp x cp, gathered weights
+    kept from forward to backward). The column holds 0/1 flags, 'On', text such as 'FSDP2 16-way
+    x TP 8', or a PyTorch FSDP ShardingStrategy: HYBRID_SHARD shards within a node and replicates
+    across; SHARD_GRAD_OP (and _HYBRID_SHARD_ZERO2) keeps the weights gathered for the forward
+    until the backward is done (torch.distributed.fsdp.ShardingStrategy docs), FSDP2's
+    reshard_after_forward=False."""
     value = row.get("fsdp")
     if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
-        return False, None
+        return False, None, False
     text = str(value).lower()
     if text.strip() in ("0", "off", "false", "no"):
-        return False, None
+        return False, None, False
+    keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2", text))
     way = re.search(r"(\d+)-way", text)
-    if way is None and "hybrid" in text:  # PyTorch FSDP HYBRID_SHARD: shards within a node, replicates across
-        return True, int(row.get("gpus_per_node") or 8)
-    return True, int(way.group(1)) if way and "routed experts" not in text else None
+    if way is None and "hybrid" in text:
+        return True, int(row.get("gpus_per_node") or 8), keeps
+    return True, int(way.group(1)) if way and "routed experts" not in text else None, keeps
 
 
 def _zero(row: dict[str, Any], fsdp: bool) -> int:
@@ -673,7 +678,7 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     sp = row.get("sequence_parallel")
     if sp is None:
         sp = tp > 1 and not is_2021(row)
-    fsdp, shard = _fsdp(row)
+    fsdp, shard, keeps_weights = _fsdp(row)
     zero = _zero(row, fsdp)
     text = _text(row, "extra_layout", "variant")
     metrics = row.get("other_metrics") or {}
@@ -681,10 +686,7 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         "tp": tp, "pp": pp, "cp": row.get("cp") or 1, "ep": row.get("ep") or 1, "etp": row.get("etp"),
         "vpp": row.get("vpp") or 1, "zero": zero, "sp": bool(sp) and tp > 1,
     }
-    if fsdp and re.search(r"shard[_ ]?grad[_ ]?op|_zero2", _text(row, "fsdp")):
-        # PyTorch FSDP SHARD_GRAD_OP (and HYBRID_SHARD_ZERO2): weights gathered for the forward stay
-        # until the backward is done (torch.distributed.fsdp.ShardingStrategy docs): FSDP2's
-        # reshard_after_forward=False
+    if keeps_weights:
         fields["reshard"] = False
     if model.is_moe:
         fields["dispatcher"] = _dispatcher(row)

@@ -363,7 +363,7 @@ def test_expert_count_from_the_preset_when_ep_is_stated():
 
 @pytest.mark.parametrize("columns, gpus, how", [
     ({"tp": 8, "pp": 4, "dp": 2, "cp": 2}, 128, "tp x pp x cp x dp"),                       # 8 x 4 x 2 x 2
-    ({"tokens_per_sec_total": 320000.0, "tokens_per_sec_per_gpu": 5000.0}, 64, "tokens_per_sec_total / tokens_per_sec_per_gpu"),
+    ({"tokens_per_sec_total": 320000.0, "tokens_per_sec_per_gpu": 5000.0}, 64, "tokens_per_sec_total / tokens_per_sec_per_gpu"),  # 320000 / 5000
 ])
 def test_missing_num_gpus_is_derived(columns, gpus, how):
     row = {k: v for k, v in BASE.items() if k != "num_gpus"} | columns
