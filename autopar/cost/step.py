@@ -494,7 +494,7 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, dens
     moved_first = np.stack(moved, axis=1)[:, first_kind]
     working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))
     last = (stage_idx == last_rank).astype(float)
-    working = working + last * col(6 * b.tokens * m.vocab_size / t.tp)  # bf16 + fp32 logits
+    working = working + last * col(b.stack.logits_bytes_per_element * b.tokens * m.vocab_size / t.tp)  # logits at the loss
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
         + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)
     # ZeRO-3 holds the gathered weights of the layer in hand and the prefetched next one; with

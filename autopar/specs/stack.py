@@ -59,6 +59,10 @@ class StackSpec(StrictModel):
     zero3_live_elements: int | None = Field(None, gt=0, description="Gathered ZeRO-3 parameter elements the prefetcher keeps "
                                             "live (DeepSpeed stage3_max_live_parameters); null = the layer in hand and the "
                                             "prefetched next one")
+    logits_bytes_per_element: float = Field(6.0, gt=0, description="Bytes per logit element live at the loss on the last "
+                                            "stage. 6: the bf16 logits and the fp32 copy the cross-entropy computes on. 4: the "
+                                            "bf16 logits and their bf16 gradient, from a fused cross-entropy kernel that reads "
+                                            "bf16 and keeps no fp32 copy (flash-attn's xentropy, MPT's default loss_fn)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     @property

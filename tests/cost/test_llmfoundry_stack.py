@@ -1,4 +1,4 @@
-"""llm-foundry's attention kernel on H100. submit_benchmarks.py, the script that wrote the H100
+"""llm-foundry's stack: its attention kernel on H100 and its fused cross-entropy. submit_benchmarks.py, the script that wrote the H100
 tables of llm-foundry's scripts/train/benchmarking/README.md, defaulted to --attn_impl triton
 (@b2a43a1, 2023-10-19), and setup.py installed triton-pre-mlir's sm90 build: the 2022 FlashAttention
 in Triton, not FlashAttention-2. FA2 is "1.3-2.5x faster than FlashAttention in Triton" (Dao 2023,
@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
+import autopar.cost.context as context
+from autopar.cost.estimate import estimate
+from autopar.specs import TrainingSpec, load_cluster
 from autopar.specs.costparams import load_cost_params
+from autopar.specs.model import load_model
+from autopar.specs.plan import Plan
 from autopar.specs.stack import load_stack
 from autopar.specs.training import Stack
 from autopar.validation import predict_row
@@ -47,3 +52,20 @@ def test_a_published_h100_row_where_attention_is_most_of_the_step():
     res = predict_row(_mpt1b_65k_on_h100())
     assert res.skipped is None
     assert res.error == pytest.approx(0.0, abs=0.10)
+
+
+def test_fused_cross_entropy_keeps_no_fp32_logits(monkeypatch):
+    """MPT's default loss_fn fused_crossentropy (flash-attn xentropy) keeps the bf16 logits and
+    writes a bf16 gradient: 4 bytes per logit at the loss, not the 6 of bf16 logits plus an fp32
+    copy. MPT-7B (preset vocab 50,432, the HF config's), micro-batch 6 x 2,048 tokens:
+    2 B x 12,288 x 50,432 = 1.239 GB less."""
+    cluster = load_cluster("dgx-a100").with_gpus(8)
+    training = TrainingSpec(seq_len=2048, global_batch_size=48, stack=Stack.llm_foundry)
+    plan = Plan(tp=1, pp=1, dp=8, mbs=6, zero=3, recompute="none")
+    assert load_model("mpt-7b").vocab_size == 50432
+    fused = estimate(load_model("mpt-7b"), cluster, training, plan, load_cost_params()).memory_breakdown
+    stack = context.load_stack(Stack.llm_foundry)
+    assert stack.logits_bytes_per_element == 4
+    monkeypatch.setattr(context, "load_stack", lambda s: stack.model_copy(update={"logits_bytes_per_element": 6.0}))
+    unfused = estimate(load_model("mpt-7b"), cluster, training, plan, load_cost_params()).memory_breakdown
+    assert unfused["working_buffers"] - fused["working_buffers"] == pytest.approx(2 * 6 * 2048 * 50432, rel=1e-9)
