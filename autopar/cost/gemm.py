@@ -63,10 +63,9 @@ WIDER_DTYPE = {"fp8": "bf16", "fp4": "fp8"}
 
 def gemm_flops_per_second(dtype: str, gpu: GpuSpec, params: CostParams) -> float:
     """Effective peak for a dtype: a low-precision GEMM achieves at most fp8_max_speedup x the
-    achieved rate of the next wider format (casting, scaling): fp8 over bf16, fp4 over fp8. fp4
-    was capped against bf16 like fp8, so NVFP4 ran no faster than FP8 on parts with 2-3x the
-    fp4 peak; Megatron-Bridge's performance summary (26.04.01, same layouts) measures NVFP4 at
-    1.31-1.50x MXFP8/FP8 end to end on dense LLaMA-3 70B and 405B (GB200, GB300)."""
+    achieved rate of the next wider format (casting, scaling): fp8 over bf16, fp4 over fp8
+    (Megatron-Bridge's performance summary, NeMo 26.04.01, same layouts: NVFP4 1.31-1.50x
+    MXFP8/FP8 end to end on dense LLaMA-3 70B and 405B, GB200 and GB300)."""
     peak = gpu.peak_flops_per_second(dtype)
     wider = WIDER_DTYPE.get(dtype)
     if wider is not None and gpu.supports(wider):

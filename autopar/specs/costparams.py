@@ -30,7 +30,7 @@ class GemmParams(_Strict):
     half_saturation_flops: float = Field(gt=0, description="GEMM size (2MNK flops) at which efficiency is half its maximum")
     tile_m: int = Field(gt=0, description="Tile rows used for the quantization term")
     tile_n: int = Field(gt=0, description="Tile columns used for the quantization term")
-    fp8_max_speedup: float = Field(gt=0, description="Cap on the fp8 over bf16 GEMM speedup (scaling/casting overheads)")
+    fp8_max_speedup: float = Field(gt=0, description="Cap on a low-precision GEMM's speedup over the next wider format: fp8 over bf16, fp4 over fp8 (scaling/casting overheads)")
     unaligned_efficiency: float = Field(1.0, gt=0, le=1, description="Factor when N or K (a row width; autopar.cost.gemm.aligned) is not a multiple of alignment_elements (1: no penalty; set by a calibration profile)")
     alignment_elements: int = Field(8, gt=0, description="Element alignment cuBLAS needs for its fastest kernels")
     fitted_architecture: str | None = Field(None, description="Architecture whose max_efficiency a calibration profile fitted (it outranks a part's MAMF)")
