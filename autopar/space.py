@@ -235,6 +235,6 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
         "tp_overlap": sp, "schedule": pipes_arr[pipe, 1], "cp_algo": algo, "order": order,
         "first": layouts_arr[lay, 0], "last": layouts_arr[lay, 1], "layout": full(NONE), "rc_stages": full(NONE),
         "reshard": full(int(pp == 1)), "grad_sync": np.where(microbatch_sync, GRAD_SYNC.index(GradSync.microbatch), GRAD_SYNC.index(GradSync.step)),
-        "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2], "offload": full(NONE),
+        "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2], "offload": full(NONE), "offload_layers": full(NONE),
         "rc_modules": np.where(rc == RECOMPUTE.index(Recompute.selective), mla_selective, NONE),
     }

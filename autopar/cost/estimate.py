@@ -34,7 +34,7 @@ def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, clus
         reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {gb_gib(cluster.gpu.hbm_bytes)}")
     host_capacity = cluster.host_memory_bytes_per_gpu
     if host_capacity is not None and host_bytes > host_capacity:
-        reasons.append(f"host memory: offload_modules put {host_bytes / 1e9:.1f} GB per GPU in pinned host memory, "
+        reasons.append(f"host memory: activation offloading puts {host_bytes / 1e9:.1f} GB per GPU in pinned host memory, "
                        f"the node gives each GPU {cluster.host_memory_gb_per_gpu:g} GB (cluster host_memory_gb_per_gpu)")
     if plan.tp > cluster.gpus_per_node:
         reasons.append(f"tp={plan.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")

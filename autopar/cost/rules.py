@@ -114,6 +114,9 @@ RULES: list[Rule] = [
          lambda m, tr, r: "mla_up_proj needs multi-latent attention (the model has no mla; Megatron-Core: 'mla_up_proj' requires multi_latent_attention)"),
     Rule("plan.recompute_num_layers", "recompute_layers", lambda m, c, tr, t: (t.recompute_layers > 0) & (t.recompute != 2),
          lambda m, tr, r: "needs recompute=full"),
+    Rule("plan.offload_num_layers", "offload_layers", lambda m, c, tr, t: t.offload_layers >= m.num_layers,
+         lambda m, tr, r: f"must be less than the model's {m.num_layers} layers (Megatron-Core: 'CPU offloading can be done only "
+                          f"for layers less than num_layers')"),
     Rule("precision", "tp", lambda m, c, tr, t: np.full(len(t), tr.precision.value not in ("bf16", "fp16") and not c.gpu.supports(tr.precision.value)),
          lambda m, tr, r: f"the GPU has no {tr.precision.value} tensor cores"),
 ]

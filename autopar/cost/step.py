@@ -18,7 +18,7 @@ from autopar.cost.context import Batch
 from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, layer_weight_modules, logits_gemm
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
-                                 recomputed_input_bytes, stored_activation_bytes, torch_cp_buffer_bytes)
+                                 recomputed_input_bytes, saved_activation_bytes, stored_activation_bytes, torch_cp_buffer_bytes)
 from autopar.cost.pipeline import pipeline_fill
 from autopar.cost.table import GRAD_SYNC, NONE, RECOMPUTE_MODULES, has_module, interned, layout_groups, row_groups, selective_modules
 from autopar.specs.plan import GradSync
@@ -188,6 +188,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
 
     k_rec = _recomputed_layers(t, n_layers)
     share = k_rec / np.maximum(n_layers, 1)
+    k_off = _offloaded_layers(t, n_layers)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
              ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
               "fwd_flops", "sac", *MODULE_PARTS)}
@@ -244,7 +245,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, modules, n_layers,
                                                                    fwd_window, bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
-    parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share)
+    parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share, k_off / np.maximum(n_layers, 1))
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm",
                                            "ep_comm", "pp_comm", "activation_offload"))
 
@@ -268,7 +269,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem, fixed, per_mb, host = _memory(b, stage_idx, layout.last_rank, kinds, counts, n_layers, k_rec, dense, routed)
+    mem, fixed, per_mb, host = _memory(b, stage_idx, layout.last_rank, kinds, counts, n_layers, k_rec, k_off, dense, routed)
     totals = sum(mem.values())
     worst = _first_max(totals, stage_idx)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
@@ -312,15 +313,26 @@ def _recomputed_layers(t, n_layers: np.ndarray) -> np.ndarray:
     return np.where(col(t.recompute) == FULL, k, 0.0)
 
 
-def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.ndarray:
+def _offloaded_layers(t, n_layers: np.ndarray) -> np.ndarray:
+    """Layers per plan x stage whose saved activations layer-level offloading sends to host
+    memory (offload_num_layers, capped by the stage's layers; 0 without it)."""
+    n = np.asarray(t.offload_layers, dtype=float)[:, None]
+    return np.where(n > 0, np.minimum(n, n_layers[None, :]), 0.0)
+
+
+def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share, share_off) -> np.ndarray:
     """Seconds per micro-batch x stage that fine-grained activation offloading adds: each layer's
     offloaded bytes go to host on a side stream during its forward and come back during the
     backward of the layer after it (Megatron-Core fine_grained_activation_offload: offload after
     the module's forward, reload prefetched one layer ahead), so a copy shows only where it takes
     longer than the layer's compute it overlaps. A fully recomputed layer moves its checkpointed
-    input (layer_input) and reloads it before its recompute (backward window: recompute + backward)."""
+    input (layer_input) and reloads it before its recompute (backward window: recompute + backward).
+    Layer-level offloading (offload_num_layers, share_off of each stage's layers) moves everything
+    such a layer saves the same way (Transformer Engine's CPU offload handler under Megatron-Core
+    --cpu-offloading: a layer's copy overlaps the next layer's forward, its reload the backward
+    of the layer after it)."""
     t = b.tab
-    if not bool(np.any(t.offload != NONE)):
+    if not bool(np.any(t.offload != NONE)) and not bool(np.any(share_off > 0)):
         return np.zeros((len(t), counts.shape[1]))
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
     layer_input = b.host_link_seconds(offloaded_input_bytes(b))
@@ -330,7 +342,9 @@ def _offload_exposed(b: Batch, kinds: list[int], per_kind, counts, share) -> np.
         copy = b.host_link_seconds(offloaded_bytes(b, i))
         kept = np.maximum(copy - fwd, 0.0) + np.maximum(copy - bwd, 0.0)
         rebuilt = np.maximum(layer_input - fwd, 0.0) + np.maximum(layer_input - fwd - bwd, 0.0)
-        out = out + counts[j] * ((1 - share) * col(kept) + share * col(rebuilt))
+        whole = b.host_link_seconds(saved_activation_bytes(b, i))
+        whole = np.maximum(whole - fwd, 0.0) + np.maximum(whole - bwd, 0.0)
+        out = out + counts[j] * ((1 - share - share_off) * col(kept) + share * col(rebuilt) + share_off * col(whole))
     return np.broadcast_to(out, (len(t), counts.shape[1]))
 
 
@@ -454,7 +468,7 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     return np.where(off[:, None], 0.0, total)
 
 
-def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, dense, routed):
+def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, k_off, dense, routed):
     """Bytes per GPU by component, per plan x kept stage (stage_idx; last_rank holds the logits); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
     working buffers) and one micro-batch's activations, both before fragmentation, and the
@@ -480,12 +494,15 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, dens
     stored = [stored_activation_bytes(b, i) for i in kinds]
     full = [layer_activation_bytes(b, i) for i in kinds]
     share = k_rec / np.maximum(n_layers, 1)
-    per_mb = sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(recomputed_input_bytes(b))
+    share_off = k_off / np.maximum(n_layers, 1)  # layer-level offloading: these layers keep nothing in HBM
+    saved = [saved_activation_bytes(b, i) for i in kinds]
+    per_mb = sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * (1 - share - share_off) + k_rec * col(recomputed_input_bytes(b))
     held = in_flight_microbatches(stage_idx[None, :], col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
     out["activations"] = per_mb * held
     moved = [offloaded_bytes(b, i) for i in kinds]
     layer_input = offloaded_input_bytes(b)
-    host = (sum(counts[j] * col(moved[j]) for j in range(len(kinds))) * (1 - share) + k_rec * col(layer_input)) * held
+    host = (sum(counts[j] * col(moved[j]) for j in range(len(kinds))) * (1 - share - share_off) + k_rec * col(layer_input)
+            + sum(counts[j] * col(saved[j]) for j in range(len(kinds))) * share_off) * held
     first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P
     working = np.where(k_rec > 0, full_first, 0.0)  # one layer rebuilt during its backward
@@ -493,6 +510,8 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, dens
     # offloaded tensors in transit: the layer being copied out and the one prefetched back
     moved_first = np.stack(moved, axis=1)[:, first_kind]
     working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))
+    saved_first = np.stack(saved, axis=1)[:, first_kind]
+    working = working + 2 * np.where(k_off > 0, saved_first, 0.0)  # a whole layer copied out, one prefetched back
     last = (stage_idx == last_rank).astype(float)
     working = working + last * col(b.stack.logits_bytes_per_element * b.tokens * m.vocab_size / t.tp)  # logits at the loss
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \

@@ -85,6 +85,7 @@ class PlanTable:
     ep_overlap: np.ndarray
     rc_modules: np.ndarray  # bit i set: RECOMPUTE_MODULES[i] recomputed; NONE: the stack's selective recompute
     offload: np.ndarray  # bit i set: OFFLOAD_MODULES[i]'s saved input goes to host memory; NONE: no offloading
+    offload_layers: np.ndarray  # layer-level offloading: layers whose saved activations go to host memory; NONE: none
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -109,6 +110,7 @@ class PlanTable:
             "dispatcher": [DISPATCHER.index(p.dispatcher) for p in plans], "ep_overlap": [int(p.ep_overlap) for p in plans],
             "rc_modules": [modules_code(p.recompute_modules) for p in plans],
             "offload": [modules_code(p.offload_modules, OFFLOAD_MODULES) for p in plans],
+            "offload_layers": [none(p.offload_num_layers) for p in plans],
         }
         return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
 
@@ -128,7 +130,7 @@ class PlanTable:
             grad_sync=GRAD_SYNC[self.grad_sync[i]] if self.zero[i] >= 2 else None,
             dispatcher=DISPATCHER[self.dispatcher[i]], ep_overlap=bool(self.ep_overlap[i]),
             recompute_modules=modules_of(int(self.rc_modules[i])),
-            offload_modules=modules_of(int(self.offload[i]), OFFLOAD_MODULES),
+            offload_modules=modules_of(int(self.offload[i]), OFFLOAD_MODULES), offload_num_layers=opt(self.offload_layers[i]),
         )
 
     def take(self, index: np.ndarray) -> "PlanTable":

@@ -88,6 +88,9 @@ def _model_overrides(job: EmitJob) -> dict:
                   "model.recompute_num_layers": 1 if n is None else max(1, n // plan.vpp)})
     else:
         o["model.recompute_granularity"] = None
+    if plan.offload_num_layers:  # TransformerConfig fields behind --cpu-offloading / --cpu-offloading-num-layers
+        o.update({"model.cpu_offloading": True, "model.cpu_offloading_num_layers": plan.offload_num_layers,
+                  "model.cpu_offloading_activations": True, "model.cpu_offloading_weights": False})
     if plan.offload_modules:  # TransformerConfig fields behind --fine-grained-activation-offloading / --offload-modules
         o["model.fine_grained_activation_offloading"] = True
         o["model.offload_modules"] = [m.value for m in plan.offload_modules]

@@ -42,6 +42,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(plan.offload_modules is None, "no per-module activation offloading",
                 f"offload_modules={'+'.join(m.value for m in plan.offload_modules or ())}: DeepSpeed offloads optimizer states and "
                 "parameters (offload_optimizer, offload_param) and checkpointed activations (cpu_checkpointing), not module inputs")
+    rules.check(plan.offload_num_layers is None, "no layer-level activation offloading",
+                f"offload_num_layers={plan.offload_num_layers}: DeepSpeed offloads checkpointed activations (cpu_checkpointing) "
+                "with recompute, not the saved activations of layers that are not recomputed (Megatron-Core --cpu-offloading)")
     rules.check(plan.tp == 1, "tp == 1 without Megatron-DeepSpeed",
                 f"tp={plan.tp}: DeepSpeed has no tensor parallelism for a generic training script; use --format megatron")
     rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ulysses, "context parallel = Ulysses (sequence_parallel_size)",

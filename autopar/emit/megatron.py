@@ -183,9 +183,13 @@ def recompute_flags(job: EmitJob) -> list[Group]:
 
 
 def offload_flags(job: EmitJob) -> list[Group]:
-    """Fine-grained activation offloading (Megatron-Core >= 0.15; Megatron-LM
-    docs/user-guide/features/fine_grained_activation_offloading.md)."""
+    """Activation offloading: layer-level (offload_num_layers) or fine-grained (offload_modules;
+    Megatron-Core >= 0.15, Megatron-LM docs/user-guide/features/fine_grained_activation_offloading.md)."""
     modules = job.plan.offload_modules
+    if job.plan.offload_num_layers:
+        # layer-level offloading: Megatron-LM arguments.py turns cpu_offloading on when
+        # cpu_offloading_num_layers > 0 (TransformerConfig cpu_offloading, cpu_offloading_num_layers)
+        return [["--cpu-offloading-num-layers", str(job.plan.offload_num_layers)]]
     if not modules:
         return []
     return [["--fine-grained-activation-offloading"], ["--offload-modules", *(m.value for m in modules)]]

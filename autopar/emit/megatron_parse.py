@@ -68,6 +68,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute-modules", nargs="+", default=None)
     p.add_argument("--fine-grained-activation-offloading", action="store_true")
     p.add_argument("--offload-modules", nargs="+", default=None)
+    p.add_argument("--cpu-offloading-num-layers", type=int, default=0)
     p.add_argument("--moe-layer-freq", default="1")
     p.add_argument("--experimental-attention-variant", choices=["gdn", "gdn2", "dsa", "gated_delta_net"], default=None)
     p.add_argument("--linear-attention-freq", default=None)
@@ -166,6 +167,7 @@ def plan_from_megatron(ns: argparse.Namespace, world_size: int) -> Plan:
         recompute=recompute, recompute_num_layers=recompute_layers,
         recompute_modules=tuple(ns.recompute_modules) if recompute == Recompute.selective and ns.recompute_modules else None,
         offload_modules=tuple(ns.offload_modules) if ns.fine_grained_activation_offloading and ns.offload_modules else None,
+        offload_num_layers=ns.cpu_offloading_num_layers or None,
         sp=bool(ns.sequence_parallel and tp > 1), tp_overlap=bool(ns.tp_comm_overlap and ns.sequence_parallel and tp > 1),
         schedule="interleaved" if vpp > 1 else "1f1b",
         cp_algo=_CP_ALGO.get(ns.cp_comm_type[0], CpAlgo.ring) if cp > 1 else CpAlgo.ring,

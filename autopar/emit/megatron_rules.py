@@ -244,6 +244,15 @@ def _precision_and_recompute(ns: Namespace, r: Rules) -> None:
         r.check(all(m in known for m in offload), "offload modules in {" + ", ".join(known) + "}", f"offload_modules={offload}", "FGO")
         r.check("layer_input" not in offload or granularity == "full", "offload module layer_input needs full recompute",
                 f"recompute_granularity={granularity}", "FGO")
+    if ns.cpu_offloading_num_layers:
+        # TransformerConfig.__post_init__ (docs/reference/launchers.md: CPU offloading is incompatible with PP>1 and recompute)
+        r.check(0 < ns.cpu_offloading_num_layers < ns.num_layers, "--cpu-offloading-num-layers below the model's layers",
+                f"cpu_offloading_num_layers={ns.cpu_offloading_num_layers}, num_layers={ns.num_layers}", "TC")
+        r.check(ns.pipeline_model_parallel_size == 1, "CPU offloading needs pipeline parallel 1",
+                f"pipeline_model_parallel_size={ns.pipeline_model_parallel_size}", "TC")
+        r.check(granularity is None, "CPU offloading does not work with activation recomputation", f"recompute_granularity={granularity}", "TC")
+        r.check(not ns.fine_grained_activation_offloading, "layer-level and fine-grained activation offloading exclude each other",
+                "--cpu-offloading-num-layers with --fine-grained-activation-offloading", "FGO")
     if ns.distribute_saved_activations:
         r.check(ns.tensor_model_parallel_size > 1 and granularity == "full" and ns.recompute_method and not ns.sequence_parallel,
                 "--distribute-saved-activations needs TP>1, full recompute with a method, and no SP", "", "AR")

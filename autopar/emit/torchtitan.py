@@ -109,6 +109,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(plan.offload_modules is None, "no activation offloading",
                 f"offload_modules={'+'.join(m.value for m in plan.offload_modules or ())}: torchtitan has no per-module activation "
                 "offloading to host memory (Megatron-Core --fine-grained-activation-offloading)", "ACT")
+    rules.check(plan.offload_num_layers is None, "no activation offloading",
+                f"offload_num_layers={plan.offload_num_layers}: torchtitan has no layer-level activation offloading to host memory "
+                "(Megatron-Core --cpu-offloading)", "ACT")
     rules.check(plan.recompute_num_layers is None and plan.stage_recompute_layers is None, "FullAC wraps every transformer block",
                 f"recompute_num_layers={plan.recompute_num_layers}, stage_recompute_layers={plan.stage_recompute_layers}: "
                 "partial full recompute has no torchtitan setting", "ACT")

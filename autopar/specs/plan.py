@@ -164,6 +164,7 @@ _ALIASES = {
     "shard": "zero_shard_size",
     "recompute_stages": "stage_recompute_layers",
     "offload": "offload_modules",
+    "offload_layers": "offload_num_layers",
 }
 _BOOL_KEYS = ("sp", "tp_overlap", "reshard", "ep_overlap")
 _BOOL = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -209,6 +210,10 @@ class Plan(StrictModel):
     offload_modules: tuple[OffloadModule, ...] | None = Field(
         None, description="Submodules whose saved inputs go to host memory between forward and backward "
         "(Megatron --fine-grained-activation-offloading --offload-modules); null = none")
+    offload_num_layers: int | None = Field(
+        None, gt=0, description="Layer-level activation offloading: the saved activations of this many layers go to host memory "
+        "between forward and backward (Megatron --cpu-offloading --cpu-offloading-num-layers, weights stay); needs pp=1 and "
+        "recompute=none (Megatron-Core's rule); null = none")
 
     @model_validator(mode="before")
     @classmethod
@@ -269,6 +274,13 @@ class Plan(StrictModel):
             if OffloadModule.layer_input in self.offload_modules and self.recompute != Recompute.full:
                 raise ValueError(f"offload_modules=layer_input needs recompute=full (it offloads the checkpointed layer input), "
                                  f"got recompute={self.recompute.value}")
+        if self.offload_num_layers is not None:
+            # Megatron-Core TransformerConfig.__post_init__: 'Currently there is no support for Pipeline
+            # parallelism with CPU offloading'; 'CPU offloading does not work when activation recomputation
+            # is enabled'; the fine-grained offloading docs: layer-level and module-level offloading exclude each other
+            if self.pp > 1 or self.recompute != Recompute.none or self.offload_modules is not None:
+                raise ValueError(f"offload_num_layers (layer-level CPU offloading) needs pp=1, recompute=none and no offload_modules, "
+                                 f"got pp={self.pp}, recompute={self.recompute.value}, offload_modules={self.offload_modules is not None}")
         if self.reshard is not None and self.zero != 3:
             raise ValueError(f"reshard applies to zero=3 (FSDP), got zero={self.zero}")
         if self.grad_sync == GradSync.microbatch and self.zero < 2:
@@ -346,7 +358,7 @@ class Plan(StrictModel):
             parts.append(f"cp_algo={self.cp_algo.value}")
         if self.order != RankOrder.tp_cp_ep_dp_pp:
             parts.append(f"order={self.order.value}")
-        for key in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "zero_shard_size", "layout"):
+        for key in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "zero_shard_size", "layout", "offload_num_layers"):
             value = getattr(self, key)
             if value is not None:
                 parts.append(f"{key}={value}")

@@ -136,6 +136,15 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         distinct_selective = not inputs.training.flash_attention or inputs.training.stack != Stack.megatron
         modes = [Recompute.none] + ([Recompute.selective] if distinct_selective else []) + [Recompute.full]
         choices = [(("recompute", r),) for r in modes]
+        # layer-level activation offloading, the other way Megatron-Core fits activations: NVIDIA's
+        # benchmark recipes run it where memory is short (Megatron-Bridge perf_recipes/llama/gb200 and
+        # gb300 llama3.py: LLaMA-3 70B on 64 GPUs, Megatron-FSDP, cpu_offloading_num_layers 20-40).
+        # Megatron-Core allows it only at pp = 1 and without recompute (autopar.specs.plan.Plan);
+        # the run offloaded just enough layers to fit: eighths of the model's layers
+        if inputs.training.stack == Stack.megatron and inputs.plan_fields.get("pp", 1) == 1 and not inputs.plan_fields.get("offload_modules"):
+            layers = inputs.model.num_layers
+            choices += [(("recompute", Recompute.none), ("offload_num_layers", n))
+                        for n in sorted({max(1, layers * k // 8) for k in range(1, 8)}) if n < layers]
         # full recompute of only some layers per stage (Megatron --recompute-num-layers): the run
         # may have recomputed just enough layers to fit; with interleaving the count is per model
         # chunk (block method: the first N layers of each of the vpp chunks), so a stage

@@ -31,6 +31,8 @@ ROUND_TRIPS = {
     "offload_modules": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256,
                         "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,recompute_modules=layernorm+moe_act,offload_modules=expert_fc1+moe_act"),
     "offload_layer_input": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1,recompute=full,offload_modules=layer_input"),
+    # layer-level CPU offloading: Megatron-LM arguments.py turns cpu_offloading on with --cpu-offloading-num-layers > 0
+    "offload_num_layers": ("llama3-8b", "dgx-h100", 8, 4096, 32, "tp=2,zero=1,offload_num_layers=8"),
 }
 TRAINING_VARIANTS = {
     "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
@@ -159,6 +161,11 @@ BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", 
     (["--num-experts", "8", "--moe-router-topk", "1", "--disable-bias-linear"], None, "topk 1 with softmax scoring requires --moe-router-pre-softmax"),
     # arguments.py validate_args: "MoE latent projections are applicable only for MoE models"
     (["--moe-latent-size", "256"], None, "--moe-latent-size > 0 and only with --num-experts"),
+    # TransformerConfig.__post_init__: layer-level CPU offloading refuses PP > 1 and recompute
+    (["--cpu-offloading-num-layers", "4", "--pipeline-model-parallel-size", "2"], None, "CPU offloading needs pipeline parallel 1"),
+    (["--cpu-offloading-num-layers", "4", "--recompute-granularity", "selective"], None,
+     "CPU offloading does not work with activation recomputation"),
+    (["--cpu-offloading-num-layers", "32"], None, "--cpu-offloading-num-layers below the model's layers"),
     # Megatron-LM fine_grained_activation_offloading.md: the module list goes with the switch; layer_input only under full recompute
     (["--offload-modules", "core_attn"], None, "--offload-modules goes with --fine-grained-activation-offloading"),
     (["--fine-grained-activation-offloading", "--offload-modules", "experts"], None, "offload modules in {"),

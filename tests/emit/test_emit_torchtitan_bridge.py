@@ -83,6 +83,7 @@ TITAN_REFUSED = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,recompute=selective,recompute_modules=layernorm", "bf16", "selective AC is per-op or per-layer"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=4,cp_algo=ulysses", "bf16", "context parallel is ring attention"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,offload_modules=core_attn", "bf16", "no activation offloading"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,offload_num_layers=8", "bf16", "no activation offloading"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,schedule=zero-bubble", "bf16", "zero-bubble schedules are multi-stage"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1", "fp16", "precision in {bf16, fp8}"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,ep=4", "bf16", "no expert tensor parallelism"),
@@ -192,6 +193,14 @@ def test_bridge_sets_offload_modules():
     o = bridge_overrides(job)
     assert o["model.fine_grained_activation_offloading"] is True and o["model.offload_modules"] == ["expert_fc1", "moe_act"]
     assert "model.offload_modules" not in bridge_overrides(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2"))
+
+
+def test_bridge_sets_layer_offloading():
+    """Megatron-Bridge: layer-level offloading is TransformerConfig cpu_offloading with
+    cpu_offloading_num_layers, weights kept on the GPU (Bridge perf_recipes/llama/gb300/llama3.py)."""
+    o = bridge_overrides(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,offload_num_layers=8"))
+    assert o["model.cpu_offloading"] is True and o["model.cpu_offloading_num_layers"] == 8
+    assert o["model.cpu_offloading_weights"] is False
 
 
 def test_bridge_hybrid_model_overrides():
