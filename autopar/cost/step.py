@@ -188,7 +188,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
 
     k_rec = _recomputed_layers(t, n_layers)
     share = k_rec / np.maximum(n_layers, 1)
-    k_off = _offloaded_layers(t, n_layers)
+    share_off = _offloaded_layers(t, n_layers) / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
              ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
               "fwd_flops", "sac", *MODULE_PARTS)}
@@ -245,7 +245,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     parts["fsdp_comm"], fsdp_per_step, fsdp_copies = _fsdp_exposed(b, counts, dense_layer, routed_layer, modules, n_layers,
                                                                    fwd_window, bwd_window + parts["recompute"])
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
-    parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share, k_off / np.maximum(n_layers, 1))
+    parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share, share_off)
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm",
                                            "ep_comm", "pp_comm", "activation_offload"))
 
@@ -269,7 +269,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     time["optimizer_step"] = opt_stage.max(axis=1)
     time["step_overhead"] = np.full(len(t), prm.step_overhead_seconds)
 
-    mem, fixed, per_mb, host = _memory(b, stage_idx, layout.last_rank, kinds, counts, n_layers, k_rec, k_off, dense, routed)
+    mem, fixed, per_mb, host = _memory(b, stage_idx, layout.last_rank, kinds, counts, n_layers, k_rec, share_off, dense, routed)
     totals = sum(mem.values())
     worst = _first_max(totals, stage_idx)
     at_worst = lambda x: np.take_along_axis(np.broadcast_to(x, totals.shape), worst[:, None], axis=1)[:, 0]  # noqa: E731
@@ -468,7 +468,7 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     return np.where(off[:, None], 0.0, total)
 
 
-def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, k_off, dense, routed):
+def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, share_off, dense, routed):
     """Bytes per GPU by component, per plan x kept stage (stage_idx; last_rank holds the logits); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
     working buffers) and one micro-batch's activations, both before fragmentation, and the
@@ -494,15 +494,15 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, k_of
     stored = [stored_activation_bytes(b, i) for i in kinds]
     full = [layer_activation_bytes(b, i) for i in kinds]
     share = k_rec / np.maximum(n_layers, 1)
-    share_off = k_off / np.maximum(n_layers, 1)  # layer-level offloading: these layers keep nothing in HBM
-    saved = [saved_activation_bytes(b, i) for i in kinds]
+    # layer-level offloading (share_off of the stage's layers) keeps nothing of those layers in HBM and
+    # sends all they save to host: `stored`, as such a plan has no offload_modules (Plan refuses both)
     per_mb = sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * (1 - share - share_off) + k_rec * col(recomputed_input_bytes(b))
     held = in_flight_microbatches(stage_idx[None, :], col(t.pp), col(b.microbatches), col(t.vpp), col(t.schedule))
     out["activations"] = per_mb * held
     moved = [offloaded_bytes(b, i) for i in kinds]
     layer_input = offloaded_input_bytes(b)
     host = (sum(counts[j] * col(moved[j]) for j in range(len(kinds))) * (1 - share - share_off) + k_rec * col(layer_input)
-            + sum(counts[j] * col(saved[j]) for j in range(len(kinds))) * share_off) * held
+            + sum(counts[j] * col(stored[j]) for j in range(len(kinds))) * share_off) * held
     first_kind = np.array([0 if counts[0, s] > 0 else len(kinds) - 1 for s in range(C)])
     full_first = np.stack([full[j] for j in range(len(kinds))], axis=1)[:, first_kind]  # plans x P
     working = np.where(k_rec > 0, full_first, 0.0)  # one layer rebuilt during its backward
@@ -510,8 +510,8 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, k_of
     # offloaded tensors in transit: the layer being copied out and the one prefetched back
     moved_first = np.stack(moved, axis=1)[:, first_kind]
     working = working + 2 * np.maximum(np.where(k_rec < n_layers, moved_first, 0.0), np.where(k_rec > 0, col(layer_input), 0.0))
-    saved_first = np.stack(saved, axis=1)[:, first_kind]
-    working = working + 2 * np.where(k_off > 0, saved_first, 0.0)  # a whole layer copied out, one prefetched back
+    stored_first = np.stack(stored, axis=1)[:, first_kind]
+    working = working + 2 * np.where(share_off > 0, stored_first, 0.0)  # a whole layer copied out, one prefetched back
     last = (stage_idx == last_rank).astype(float)
     working = working + last * col(b.stack.logits_bytes_per_element * b.tokens * m.vocab_size / t.tp)  # logits at the loss
     layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
