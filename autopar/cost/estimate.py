@@ -23,7 +23,7 @@ def bottleneck(time: dict[str, float]) -> Bottleneck:
         Bottleneck.memory: time["compute_elementwise"] + time["optimizer_step"],
         Bottleneck.communication: sum(time[k] for k in COMM_PARTS),
         Bottleneck.bubble: time["pipeline_bubble"],
-        Bottleneck.coordination: time["step_overhead"],
+        Bottleneck.coordination: time["step_overhead"] + time["host_launch"],
     }
     return max(groups, key=lambda k: groups[k])
 

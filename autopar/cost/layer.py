@@ -120,7 +120,19 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
         out["ep"] = np.zeros(len(t))
+    out["host"] = moe_host_seconds(batch, index)
     return out
+
+
+def moe_host_seconds(batch: Batch, index: int) -> np.ndarray:
+    """Host seconds to issue one MoE layer's forward for one micro-batch: the layer's own ops and
+    two GEMM submissions per local expert (profiles/cost/defaults.yaml moe.host_*). Zero for a
+    layer without routed experts: a dense layer does not block the host, which runs ahead."""
+    m, t, prm = batch.model, batch.tab, batch.params.moe
+    if not m.is_moe_layer(index):
+        return np.zeros(len(t))
+    local = np.maximum(m.num_experts / np.maximum(np.asarray(t.ep, dtype=float), 1.0), 1.0)
+    return prm.host_layer_forward_seconds + prm.host_expert_forward_seconds * local
 
 
 def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float, ...]]) -> np.ndarray:
@@ -445,6 +457,12 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
     ep_exposed = np.where(batch.tab.ep_overlap == 1, paired, 2 * f["ep"])
     f["ep"] = ep_exposed / 2
     layer_fwd = f["gemm"] + f["attn"] + f["elem"] + merge + f["tp"] + f["cp"] + f["ep"]
+    layer_bwd = (1 + w) * f["gemm"] + f["elem_bwd"] + merge_bwd + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"]
+    # a MoE layer blocks the host at its token-count sync (moe_host_seconds): where issuing the
+    # layer's kernels takes the host longer than the GPU needs to run them, the GPU waits; the
+    # backward issues twice the forward's ops (input and weight gradients)
+    host_fwd = np.maximum(f["host"] - layer_fwd, 0.0)
+    host_bwd = np.maximum(2 * f["host"] - layer_bwd, 0.0)
     return {
         "compute_gemm": (2 + w) * f["gemm"],
         "compute_attention": f["attn"] + f["attn_bwd"],
@@ -453,8 +471,9 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
         "tp_comm": f["tp"] + f["tp_bwd"],
         "cp_comm": f["cp"] + f["cp_bwd"],
         "ep_comm": 2 * f["ep"],
-        "fwd": layer_fwd,
-        "bwd": (1 + w) * f["gemm"] + f["elem_bwd"] + merge_bwd + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"],
+        "host_launch": host_fwd + host_bwd,
+        "fwd": layer_fwd + host_fwd,
+        "bwd": layer_bwd + host_bwd,
         "flops": (2 + w) * f["gemm_flops"] + 3 * f["attn_flops_counted"],
         "fwd_flops": f["gemm_flops"] + f["attn_flops_counted"],
         # per-op SAC (torchtitan): the recomputed GEMMs, every element-wise forward kernel and

@@ -26,7 +26,7 @@ from autopar.errors import InputError
 from autopar.specs.layout import PipelineLayout
 
 MICROBATCH_PARTS = ("compute_gemm", "compute_attention", "compute_elementwise", "recompute",
-                    "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "activation_offload")
+                    "tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "activation_offload", "host_launch")
 STEP_PARTS = MICROBATCH_PARTS + ("pipeline_bubble", "dp_comm", "optimizer_step", "step_overhead")
 # exposed data movement over a link: collectives, pipeline sends, host-link copies of offloaded activations
 COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "fsdp_comm", "dp_comm", "activation_offload")
@@ -190,7 +190,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     share = k_rec / np.maximum(n_layers, 1)
     share_off = _offloaded_layers(t, n_layers) / np.maximum(n_layers, 1)
     parts = {k: sum(counts[j] * col(pk[k]) for j, pk in enumerate(per_kind)) for k in
-             ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "flops",
+             ("compute_gemm", "compute_attention", "compute_elementwise", "tp_comm", "cp_comm", "ep_comm", "host_launch", "fwd", "bwd", "flops",
               "fwd_flops", "sac", *MODULE_PARTS)}
     # recompute=selective: the forward of each module recompute_modules names (Megatron-Core
     # recompute_modules); without names, the stack's: Megatron's default ["core_attn"] (the
@@ -247,7 +247,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     parts["compute_elementwise"] = parts["compute_elementwise"] + fsdp_copies
     parts["activation_offload"] = _offload_exposed(b, kinds, per_kind, counts, share, share_off)
     stage_compute = sum(parts[k] for k in ("compute_gemm", "compute_attention", "compute_elementwise", "recompute", "tp_comm", "cp_comm",
-                                           "ep_comm", "pp_comm", "activation_offload"))
+                                           "ep_comm", "pp_comm", "activation_offload", "host_launch"))
 
     stage_seconds = stage_compute + parts["fsdp_comm"]
     mb = b.microbatches.astype(float)

@@ -21,7 +21,8 @@ class Bottleneck(str, Enum):
     bubble = "bubble"
     """Pipeline fill and drain, and stage imbalance."""
     coordination = "coordination"
-    """Fixed per-step overhead (data loading, launch gaps, logging)."""
+    """Fixed per-step overhead (data loading, launch gaps, logging) and host-bound MoE layers (the
+    GPU waits while the host issues their kernels)."""
 
 
 class StageEstimate(BaseModel):
