@@ -11,7 +11,7 @@ from autopar.cost.context import Batch, sac_reruns_sdpa
 from autopar.cost.flops import activation_message_bytes, attention_core_flops_per_token, layer_gemms, projection_shares
 from autopar.cost.gemm import gemm_seconds
 from autopar.cost.memory import attention_kv_bytes, attention_kv_elements, mla_latent_widths, qkv_bytes, query_elements
-from autopar.cost.moe import (dispatch_seconds, expert_load_factor, moe_elementwise_bytes, overlap_exposed, routed_tokens,
+from autopar.cost.moe import (dispatch_seconds, expert_load_factor, local_experts, moe_elementwise_bytes, overlap_exposed, routed_tokens,
                               sort_permutations)
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
@@ -120,19 +120,19 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         out["ep"] = 2 * dispatch_seconds(batch, moe_tokens, load)
     else:
         out["ep"] = np.zeros(len(t))
-    out["host"] = moe_host_seconds(batch, index)
     return out
 
 
 def moe_host_seconds(batch: Batch, index: int) -> np.ndarray:
-    """Host seconds to issue one MoE layer's forward for one micro-batch: the layer's own ops and
-    two GEMM submissions per local expert (profiles/cost/defaults.yaml moe.host_*). Zero for a
-    layer without routed experts: a dense layer does not block the host, which runs ahead."""
+    """Host seconds to issue one MoE layer's forward for one micro-batch: the layer's own ops, and
+    two GEMM submissions per local expert where the stack submits one GEMM per expert
+    (StackSpec.expert_gemm_launches; profiles/cost/defaults.yaml moe.host_*). Zero for a layer
+    without routed experts: a dense layer does not block the host, which runs ahead."""
     m, t, prm = batch.model, batch.tab, batch.params.moe
     if not m.is_moe_layer(index):
         return np.zeros(len(t))
-    local = np.maximum(m.num_experts / np.maximum(np.asarray(t.ep, dtype=float), 1.0), 1.0)
-    return prm.host_layer_forward_seconds + prm.host_expert_forward_seconds * local
+    per_expert = local_experts(m, t.ep) if batch.stack.expert_gemm_launches == "per_expert" else np.zeros(len(t))
+    return prm.host_layer_forward_seconds + prm.host_expert_forward_seconds * per_expert
 
 
 def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float, ...]]) -> np.ndarray:
@@ -461,8 +461,9 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
     # a MoE layer blocks the host at its token-count sync (moe_host_seconds): where issuing the
     # layer's kernels takes the host longer than the GPU needs to run them, the GPU waits; the
     # backward issues twice the forward's ops (input and weight gradients)
-    host_fwd = np.maximum(f["host"] - layer_fwd, 0.0)
-    host_bwd = np.maximum(2 * f["host"] - layer_bwd, 0.0)
+    host = moe_host_seconds(batch, index)
+    host_fwd = np.maximum(host - layer_fwd, 0.0)
+    host_bwd = np.maximum(2 * host - layer_bwd, 0.0)
     return {
         "compute_gemm": (2 + w) * f["gemm"],
         "compute_attention": f["attn"] + f["attn_bwd"],

@@ -31,6 +31,11 @@ def expected_max_standard_normal(n: int) -> float:
     return float(np.sum(x * n * phi * cdf ** (n - 1)) * (x[1] - x[0]))
 
 
+def local_experts(model: ModelSpec, ep) -> np.ndarray:
+    """Routed experts each GPU holds per plan: E / ep, at least one."""
+    return np.maximum(model.num_experts / np.maximum(np.asarray(ep, dtype=float), 1.0), 1.0)
+
+
 def expert_load_factor(batch):
     """Tokens at the busiest expert-parallel rank over the balanced mean T k ep / E, per plan.
 
@@ -48,7 +53,7 @@ def expert_load_factor(batch):
         imbalance = np.full_like(ep, training.moe_load_imbalance)
     else:
         cv = params.moe.expert_load_cv_expert_bias if model.moe_router_expert_bias else params.moe.expert_load_cv_aux_loss
-        per_rank = np.maximum(model.num_experts / np.maximum(ep, 1.0), 1.0)
+        per_rank = local_experts(model, ep)
         degrees, where = np.unique(ep, return_inverse=True)
         spread = np.array([expected_max_standard_normal(int(e)) for e in degrees])[where.reshape(ep.shape)]
         imbalance = 1.0 + spread * cv / np.sqrt(per_rank)

@@ -63,6 +63,12 @@ class StackSpec(StrictModel):
                                             "stage. 6: the bf16 logits and the fp32 copy the cross-entropy computes on. 4: the "
                                             "bf16 logits and their bf16 gradient, from a fused cross-entropy kernel that reads "
                                             "bf16 and keeps no fp32 copy (flash-attn's xentropy, MPT's default loss_fn)")
+    expert_gemm_launches: Literal["per_expert", "grouped"] = Field("per_expert", description="per_expert | grouped: how a "
+                                                                    "MoE layer's expert GEMMs are submitted. per_expert: one "
+                                                                    "cuBLAS GEMM per local expert (Transformer Engine GroupedLinear, "
+                                                                    "multi_stream_cublas_gemm), each costing host time "
+                                                                    "(moe.host_expert_forward_seconds); grouped: one kernel for all "
+                                                                    "of them (torch._grouped_mm)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     @property

@@ -37,6 +37,18 @@ def test_host_seconds_per_layer():
     assert list(moe_host_seconds(b, 0)) == pytest.approx([2.6e-3, 1.4e-3], rel=1e-12)
 
 
+def test_grouped_expert_gemm_has_no_per_expert_host_time():
+    """torchtitan runs every local expert's GEMM as one torch._grouped_mm (profiles/stacks/
+    torchtitan.yaml expert_gemm_launches): its MoE layer costs the host the 1 ms per layer only,
+    whatever the experts per GPU (16 at ep 8, 4 at ep 32)."""
+    model = load_model("qwen3-235b-a22b")
+    cluster = load_cluster("dgx-h100-superpod").with_gpus(256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=2048, flash_attention=True, stack="torchtitan")
+    plans = [Plan(tp=4, pp=8, dp=8, ep=8, etp=1, mbs=1, zero=1, sp=True), Plan(tp=2, pp=8, dp=16, ep=32, etp=1, mbs=1, zero=1, sp=True)]
+    b = Batch(model, cluster, training, load_cost_params(), PlanTable.from_plans(plans, 256))
+    assert list(moe_host_seconds(b, 0)) == pytest.approx([1.0e-3, 1.0e-3], rel=1e-12)
+
+
 def test_exposed_only_beyond_the_gpu_time():
     """The GPU waits only for what the host needs beyond the layer's own GPU time, forward and
     backward (the backward issues twice the forward's ops): against the same layer with no host
