@@ -14,7 +14,7 @@ import numpy as np
 
 from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.table import DISPATCHER
-from autopar.specs.model import ModelSpec
+from autopar.specs.model import ModelSpec, RouterBalance
 from autopar.specs.plan import Dispatcher
 from autopar.specs.training import MoeRouting
 
@@ -36,23 +36,46 @@ def local_experts(model: ModelSpec, ep) -> np.ndarray:
     return np.maximum(model.num_experts / np.maximum(np.asarray(ep, dtype=float), 1.0), 1.0)
 
 
+def sequences_per_dispatch(tab) -> np.ndarray:
+    """Sequences whose tokens one expert-parallel group routes together in a micro-batch, per
+    plan. The group's ep x etp ranks are consecutive in Megatron's expert grid (etp - ep - edp -
+    pp) as the attention ranks are in theirs (tp - cp - dp - pp), and tp x cp of them hold the
+    parts of one micro-batch of mbs sequences; a group inside one such block (ep x etp <= tp x
+    cp) still sees whole sequences' worth of one domain."""
+    t = tab
+    return t.mbs * np.maximum(1.0, t.ep * t.etp / (t.tp * t.cp))
+
+
+def expert_load_cv(batch) -> np.ndarray:
+    """Coefficient of variation of the tokens per expert within one expert-parallel group's
+    micro-batch, per plan. A router balanced per micro-batch or by a loss-free bias scatters
+    by its corpus-level skew (profiles/cost/defaults.yaml moe). A router balanced over the global
+    batch adds each sequence's domain skew, which averages out over the n sequences routed
+    together: CV^2 = cv_corpus^2 + cv_sequence^2 / n."""
+    model, moe = batch.model, batch.params.moe
+    cv = moe.expert_load_cv_expert_bias if model.moe_router_expert_bias else moe.expert_load_cv_aux_loss
+    if model.moe_router_balance != RouterBalance.global_batch:
+        return np.full(np.shape(batch.tab.ep), cv)
+    return np.sqrt(cv ** 2 + moe.expert_load_cv_sequence ** 2 / sequences_per_dispatch(batch.tab))
+
+
 def expert_load_factor(batch):
     """Tokens at the busiest expert-parallel rank over the balanced mean T k ep / E, per plan.
 
     Forced balanced routing: 1. Learned routing: expert loads scatter with coefficient of
-    variation CV (auxiliary loss or loss-free bias, profiles/cost/defaults.yaml moe); a rank
-    holding m = E / ep experts sums m of them (CV / sqrt(m)), and the step waits for the busiest
-    of ep ranks: 1 + E[max of ep standard normals] x CV / sqrt(m). A measured max/mean
+    variation CV (expert_load_cv); a rank holding m = E / ep experts sums m of them
+    (CV / sqrt(m)), and the step waits for the busiest of ep ranks:
+    1 + E[max of ep standard normals] x CV / sqrt(m). A measured max/mean
     (TrainingSpec.moe_load_imbalance) replaces it. Token dropping caps it at the capacity
     factor c (an expert takes at most c times its balanced share, the rest is dropped)."""
-    training, params, model = batch.training, batch.params, batch.model
+    training, model = batch.training, batch.model
     ep = np.asarray(batch.tab.ep, dtype=float)
     if training.moe_routing != MoeRouting.learned or not model.is_moe:
         return np.ones_like(ep)
     if training.moe_load_imbalance:
         imbalance = np.full_like(ep, training.moe_load_imbalance)
     else:
-        cv = params.moe.expert_load_cv_expert_bias if model.moe_router_expert_bias else params.moe.expert_load_cv_aux_loss
+        cv = expert_load_cv(batch)
         per_rank = local_experts(model, ep)
         degrees, where = np.unique(ep, return_inverse=True)
         spread = np.array([expected_max_standard_normal(int(e)) for e in degrees])[where.reshape(ep.shape)]

@@ -20,6 +20,7 @@ from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
+from autopar.specs.model import RouterBalance
 from autopar.specs.plan import CpAlgo, Recompute
 from autopar.specs.training import Precision
 
@@ -120,6 +121,8 @@ def _model_overrides(job: EmitJob) -> dict:
                   "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
                   "model.moe_token_dispatcher_type": DISPATCHER[plan.dispatcher],
                   "model.overlap_moe_expert_parallel_comm": plan.ep_overlap, "model.moe_latent_size": m.moe_latent_size})
+        if m.moe_router_balance == RouterBalance.global_batch:  # Qwen3: the balance loss over the global batch
+            o["model.moe_router_load_balancing_type"] = "global_aux_loss"
         if m.hybrid_layer_pattern is None:  # a hybrid pattern's E letters are its MoE layers
             o["model.moe_layer_freq"] = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
         if DISPATCHER[plan.dispatcher] == "flex":

@@ -11,7 +11,7 @@ integration tests with Megatron-LM's own parse_args/validate_args.
 from __future__ import annotations
 
 from autopar.emit.common import EmitJob
-from autopar.specs.model import ModelSpec, Norm, RouterScore
+from autopar.specs.model import ModelSpec, Norm, RouterBalance, RouterScore
 from autopar.specs.plan import Dispatcher
 from autopar.specs.training import Precision
 
@@ -189,6 +189,8 @@ def _router_flags(m: ModelSpec) -> list[Group]:
     out: list[Group] = [["--moe-router-score-function", m.moe_router_score_function.value]]
     if m.moe_router_expert_bias:  # DeepSeek-V3 aux-loss-free balancing
         out.append(["--moe-router-enable-expert-bias"])
+    if m.moe_router_balance == RouterBalance.global_batch:  # Qwen3: the balance loss over the global batch
+        out.append(["--moe-router-load-balancing-type", "global_aux_loss"])
     if m.moe_router_num_groups is not None and m.moe_router_group_topk is not None:
         out += [["--moe-router-num-groups", str(m.moe_router_num_groups)], ["--moe-router-group-topk", str(m.moe_router_group_topk)]]
     if m.moe_router_topk_scaling_factor is not None:

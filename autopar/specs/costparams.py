@@ -230,6 +230,7 @@ class MemoryParams(_Strict):
 class MoeParams(_Strict):
     expert_load_cv_aux_loss: float = Field(ge=0, description="Learned routing balanced by an auxiliary loss: coefficient of variation of the tokens per expert")
     expert_load_cv_expert_bias: float = Field(ge=0, description="Learned routing balanced by a per-expert score bias (auxiliary-loss-free): coefficient of variation of the tokens per expert")
+    expert_load_cv_sequence: float = Field(default=0.0, ge=0, description="Router balanced over the global batch: coefficient of variation of the tokens per expert within one sequence (domain specialisation)")
     dispatch_sms: int = Field(gt=0, description="SMs the token dispatch and combine kernels hold while they run beside compute")
     host_layer_forward_seconds: float = Field(default=0.0, ge=0, description="Host time to issue one MoE layer's forward outside its experts (attention block, router, permutes, dispatch and combine)")
     host_expert_forward_seconds: float = Field(default=0.0, ge=0, description="Host time to issue one local expert's forward GEMMs (one cuBLAS call each, TE GroupedLinear)")

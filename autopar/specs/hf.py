@@ -27,6 +27,11 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
 # GeGLU runs gelu_pytorch_tanh (transformers GemmaMLP / Gemma2MLP / Gemma3MLP)
 GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "gpt_oss", "glm", "olmo", "phi3", "granite")
 # layer kinds of transformers' config.layer_types that autopar costs
+# families whose routers were balanced over the global batch, not per micro-batch: Qwen3-MoE
+# (Qwen3 Technical Report, arXiv 2505.09388, section 2: "the global-batch load balancing loss is
+# adopted to encourage expert specialization") and Qwen3-Next (Megatron-Bridge
+# models/qwen/qwen3_next_bridge.py sets moe_router_load_balancing_type = "global_aux_loss")
+GLOBAL_BATCH_BALANCED = ("qwen3_moe", "qwen3_next")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 # keys that describe the non-attention layers of hybrid models autopar has no cost for
 # (Jamba, MiniMax, Mamba-1 mixers): state-space and other linear-attention layers; Gated
@@ -110,6 +115,8 @@ def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
         out["moe_router_score_function"] = "sigmoid"
     if cfg.get("topk_method") == "noaux_tc":
         out["moe_router_expert_bias"] = True
+    if mtype in GLOBAL_BATCH_BALANCED:
+        out["moe_router_balance"] = "global_batch"
     if cfg.get("n_group") and cfg.get("topk_group") and cfg["n_group"] > 1:
         out["moe_router_num_groups"], out["moe_router_group_topk"] = cfg["n_group"], cfg["topk_group"]
     if cfg.get("routed_scaling_factor"):

@@ -135,6 +135,18 @@ class RouterScore(str, Enum):
     """Independent sigmoids (DeepSeek-V3)."""
 
 
+class RouterBalance(str, Enum):
+    """Over which tokens the router was balanced in training: what a micro-batch's routing looks like."""
+
+    micro_batch = "micro_batch"
+    """The balance loss per micro-batch (Megatron aux_loss, HF load_balancing_loss_func): each
+    sequence is spread over all experts, so a micro-batch routes about as evenly as the corpus."""
+    global_batch = "global_batch"
+    """The balance loss over the global batch (Qiu et al. 2025, arXiv 2501.11873; Megatron
+    global_aux_loss): experts specialise by domain, so one sequence's tokens crowd its domain's
+    experts and only a mix of many sequences routes evenly (Qwen3-MoE, Qwen3-Next)."""
+
+
 class Norm(str, Enum):
     """Normalization layer type."""
 
@@ -191,6 +203,9 @@ class ModelSpec(StrictModel):
     moe_dense_layers: tuple[int, ...] = Field((), description="0-based layers that keep a dense MLP in a MoE model besides the first-k prefix (Qwen mlp_only_layers)")
     moe_router_score_function: RouterScore = Field(RouterScore.softmax, description="softmax | sigmoid router scores")
     moe_router_expert_bias: bool = Field(False, description="Aux-loss-free balancing bias on the router scores (DeepSeek-V3 noaux_tc)")
+    moe_router_balance: RouterBalance = Field(RouterBalance.micro_batch, description="micro_batch | global_batch: over which "
+                                              "tokens the router was balanced in training (global_batch: Qwen3 Technical Report "
+                                              "section 2, arXiv 2505.09388); global_batch routes a micro-batch of few sequences unevenly")
     moe_router_num_groups: int | None = Field(None, gt=0, description="Expert groups for group-limited routing (DeepSeek-V3 n_group: one per node of EP64)")
     moe_router_group_topk: int | None = Field(None, gt=0, description="Groups a token may route to (DeepSeek-V3 topk_group = 4: at most 4 nodes)")
     moe_router_topk_scaling_factor: float | None = Field(None, gt=0, description="Scale of the routed experts' weights (DeepSeek routed_scaling_factor)")

@@ -423,7 +423,7 @@ PRESET_NAMES = (
 ARCHITECTURE_FIELDS = (
     "head_dim", "gated_mlp", "tied_embeddings", "activation", "normalization", "qk_layernorm", "qkv_bias",
     "linear_bias", "mla", "moe_first_k_dense_layers", "moe_layer_freq", "moe_dense_layers", "moe_router_score_function",
-    "moe_router_expert_bias", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
+    "moe_router_expert_bias", "moe_router_balance", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
     "moe_router_topk_norm", "moe_shared_expert_gate", "mtp_num_layers", "attention_window", "attention_chunked",
     "global_attention_layers", "attention_output_gate", "attention_sinks", "swiglu_limit", "linear_attention",
     "linear_attention_layers", "mamba", "hybrid_layer_pattern", "position_embedding", "moe_latent_size",

@@ -111,6 +111,21 @@ def test_moe_and_mla_flags():
     assert "--group-query-attention" not in text
 
 
+def test_router_balance_scope_flag():
+    """Qwen3-MoE balances its router over the global batch (Qwen3 Technical Report section 2):
+    Megatron-LM's --moe-router-load-balancing-type global_aux_loss; Mixtral keeps the default
+    per-micro-batch aux_loss. The Megatron-Bridge override carries the same value."""
+    from autopar.emit.bridge import bridge_overrides
+    job = make_job("qwen3-30b-a3b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=8,etp=1,zero=1")
+    assert "--moe-router-load-balancing-type global_aux_loss" in script_of(job)
+    from autopar.emit.megatron_parse import argv_from_script, parse_megatron_argv
+    assert parse_megatron_argv(argv_from_script(script_of(job))).moe_router_load_balancing_type == ["global_aux_loss"]
+    assert bridge_overrides(job)["model.moe_router_load_balancing_type"] == "global_aux_loss"
+    mixtral = make_job(*GOLDEN_CASES["moe_ep_etp"])
+    assert "--moe-router-load-balancing-type" not in script_of(mixtral)
+    assert "model.moe_router_load_balancing_type" not in bridge_overrides(mixtral)
+
+
 BAD_PLANS = [
     # (model, cluster, gpus, seq, gbs, plan, rule named in the refusal)
     ("llama3-8b", "dgx-h100", 24, 4096, 48, "tp=3", "num_attention_heads % TP == 0"),

@@ -62,6 +62,9 @@ def test_qwen3_moe_routing_and_layers(tmp_path):
     m = load_model(str(_write(tmp_path, cfg, "qwen")))
     assert m.num_moe_layers == 46 and not m.is_moe_layer(0) and m.is_moe_layer(1)
     assert m.moe_router_topk_norm and m.qk_layernorm
+    # Qwen3 Technical Report section 2: global-batch load balancing; Mixtral keeps the per-micro-batch loss
+    assert m.moe_router_balance.value == "global_batch" and load_model("qwen3-next-80b-a3b").moe_router_balance.value == "global_batch"
+    assert load_model("mixtral-8x7b").moe_router_balance.value == "micro_batch"
     # Qwen3-30B-A3B: 30.5B parameters (model card)
     base = load_model(str(_write(tmp_path, QWEN3_MOE, "qwen-base")))
     assert total_params_billion(base) == pytest.approx(30.5, rel=0.02)
