@@ -42,8 +42,7 @@ def sequences_per_dispatch(tab) -> np.ndarray:
     pp) as the attention ranks are in theirs (tp - cp - dp - pp), and tp x cp of them hold the
     parts of one micro-batch of mbs sequences; a group inside one such block (ep x etp <= tp x
     cp) still sees whole sequences' worth of one domain."""
-    t = tab
-    return t.mbs * np.maximum(1.0, t.ep * t.etp / (t.tp * t.cp))
+    return tab.mbs * np.maximum(1.0, tab.ep * tab.etp / (tab.tp * tab.cp))
 
 
 def expert_load_cv(batch) -> np.ndarray:

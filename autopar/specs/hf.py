@@ -26,12 +26,12 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
 # families whose MLP is gated (gate, up and down projections) whatever the activation: Gemma's
 # GeGLU runs gelu_pytorch_tanh (transformers GemmaMLP / Gemma2MLP / Gemma3MLP)
 GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "gpt_oss", "glm", "olmo", "phi3", "granite")
-# layer kinds of transformers' config.layer_types that autopar costs
 # families whose routers were balanced over the global batch, not per micro-batch: Qwen3-MoE
 # (Qwen3 Technical Report, arXiv 2505.09388, section 2: "the global-batch load balancing loss is
 # adopted to encourage expert specialization") and Qwen3-Next (Megatron-Bridge
 # models/qwen/qwen3_next_bridge.py sets moe_router_load_balancing_type = "global_aux_loss")
 GLOBAL_BATCH_BALANCED = ("qwen3_moe", "qwen3_next")
+# layer kinds of transformers' config.layer_types that autopar costs
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 # keys that describe the non-attention layers of hybrid models autopar has no cost for
 # (Jamba, MiniMax, Mamba-1 mixers): state-space and other linear-attention layers; Gated
