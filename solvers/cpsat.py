@@ -113,8 +113,21 @@ def solve(batch: Batch, objective: Objective, top_k: int, tables: Tables | None 
         index = int(solver.value(var["pair"]))
         rows.append(int(tables.pair_rows[pairs[index]]))
         model.add(var["pair"] != index)
-    rows_arr = np.asarray(rows, dtype=int)
+    found = len(rows)
+    rows_arr = np.asarray(rows + _boundary_ties(tables, pairs, rows), dtype=int)
     values = objective_values(batch, tables.step_seconds[rows_arr], objective)
     # equal quantised objectives may come back in any order: rank by the exact values (ties on memory)
-    order = rank_order(values, tables.memory_bytes[rows_arr])
+    order = rank_order(values, tables.memory_bytes[rows_arr])[:found]
     return Ranking(rows=rows_arr[order], objective=values[order], proved_optimal=proved, **common)
+
+
+def _boundary_ties(tables: Tables, pairs: np.ndarray, rows: list[int]) -> list[int]:
+    """Rows of the candidate pairs left out whose quantised step equals the last one solved:
+    CP-SAT returns any of a tied level, so the cut at top_k is made over the whole level by the
+    exact step and then memory (the exhaustive oracle's order), not by which tie came first."""
+    if not rows:
+        return []
+    total = quantised_steps(tables)[pairs]
+    level = np.rint(tables.step_seconds[rows] / STEP_QUANTUM_SECONDS).astype(np.int64).max()
+    chosen = set(rows)
+    return [int(r) for r in tables.pair_rows[pairs[total == level]] if r not in chosen]

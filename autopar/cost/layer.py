@@ -341,7 +341,8 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
     """Forward and backward seconds of the stack's fused attention kernel on `flops` forward
     FLOPs (causal count; backward work 2.5x). Its efficiency is the kernel's long-call figure
     scaled by the keys each call streams per query and the causal mask (profiles/cost/defaults.yaml
-    attention.length_curves, FA3 paper Fig. 5-6). Without CP, or with Ulysses (whole sequences
+    attention.length_curves, FA3 paper Fig. 5-6), and by the query/key head dim (head_dim_64_curves:
+    a narrower head does less matrix work per score). Without CP, or with Ulysses (whole sequences
     per head group), one causal call over the sequence. Ring CP with load balancing (Transformer
     Engine's AttnFuncWithCPAndKVP2P; PyTorch's _templated_ring_attention) holds two chunks of
     c = S / 2cp per rank: the first step is one causal call over the local 2c tokens, every later
@@ -352,14 +353,14 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
     arch = batch.cluster.gpu.architecture
     kernel = batch.stack.kernel(arch)
     e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch)
-    curve = batch.params.attention.length_curve(kernel)
+    attention, head_dim = batch.params.attention, m.attention_head_dim
     peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)
     window = m.attention_window if m.is_local_attention_layer(index) else tr.seq_len
     cp = np.where(ring_context_parallel(batch), t.cp, 1)
     local = np.minimum(tr.seq_len / cp, window)  # the causal call's keys: the whole sequence, or a rank's 2c
 
     def seconds_per_flop(keys, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-        fwd, bwd = curve.relative(keys, causal)
+        fwd, bwd = attention.relative(kernel, arch, keys, causal, head_dim)
         return 1.0 / (peak * e_fwd * fwd), 2.5 / (peak * e_bwd * bwd)
 
     diag_f, diag_b = seconds_per_flop(local, True)

@@ -106,13 +106,14 @@ class AttentionLengthCurve(_Strict):
             raise ValueError(f"keys={self.keys}: must be strictly ascending")
         return self
 
-    def relative(self, keys, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    def relative(self, keys, causal: bool, reference: AttentionLengthCurve | None = None) -> tuple[np.ndarray, np.ndarray]:
         """[forward, backward] efficiency at `keys` relative to the longest non-causal
-        measurement (what AttentionParams.kernels holds), interpolated in log keys and held
-        flat beyond the measured range."""
+        measurement of `reference` (default this curve; AttentionParams.kernels holds that
+        figure), interpolated in log keys and held flat beyond the measured range."""
+        ref = reference or self
         x, at = np.log2(self.keys), np.log2(np.maximum(np.asarray(keys, dtype=float), 1.0))
-        fwd = np.interp(at, x, self.forward) / self.forward[-1]
-        bwd = np.interp(at, x, self.backward) / self.backward[-1]
+        fwd = np.interp(at, x, self.forward) / ref.forward[-1]
+        bwd = np.interp(at, x, self.backward) / ref.backward[-1]
         if causal:
             mask = np.interp(at, x, self.forward_causal) / np.interp(at, x, self.forward)
             fwd, bwd = fwd * mask, bwd * mask
@@ -123,7 +124,11 @@ class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
         description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
     length_curves: dict[str, AttentionLengthCurve] = Field(
-        description="Fused attention kernel -> its TFLOP/s against keys per query and the causal mask (fa2's for a kernel without one)")
+        description="Fused attention kernel -> its TFLOP/s against keys per query and the causal mask at head dim 128 (fa2's for a kernel without one)")
+    head_dim_64_curves: dict[str, AttentionLengthCurve] = Field(
+        description="The same measurements at head dim 64 (fa2's for a kernel without one)")
+    head_dim_64_architectures: tuple[str, ...] = Field(
+        description="GPU architectures whose matmul-to-exponential throughput makes a narrow head slower per FLOP")
     unfused_extra_bytes_per_score: float = Field(ge=0, description="HBM bytes moved per attention score element without flash kernels (fwd)")
     torch_cp_bytes: TorchCpBytes = Field(description="HBM bytes of PyTorch context_parallel's eager merge and accumulation kernels")
     linear_attention: LinearAttentionBytes = Field(description="HBM bytes of the Gated DeltaNet mixer's chunked kernels and the element-wise work around them")
@@ -134,8 +139,16 @@ class AttentionParams(_Strict):
         table = self.kernels.get(kernel) or self.kernels["fa2"]
         return tuple(table.get(architecture) or self.kernels["fa2"].get(architecture) or self.kernels["fa2"]["hopper"])
 
-    def length_curve(self, kernel: str) -> AttentionLengthCurve:
-        return self.length_curves.get(kernel) or self.length_curves["fa2"]
+    def relative(self, kernel: str, architecture: str, keys, causal: bool, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """[forward, backward] efficiency of `kernel` at `keys` and `head_dim` relative to its
+        long-call head-dim-128 figure (AttentionParams.kernels): the head-dim-128 and 64 curves,
+        interpolated in log2(head dim) between them and held flat outside [64, 128]; the
+        head-dim-128 curves alone off head_dim_64_architectures."""
+        wide = self.length_curves.get(kernel) or self.length_curves["fa2"]
+        narrow = self.head_dim_64_curves.get(kernel) or self.head_dim_64_curves["fa2"]
+        w = float(np.clip(np.log2(head_dim / 64.0), 0.0, 1.0)) if architecture in self.head_dim_64_architectures else 1.0
+        (wf, wb), (nf, nb) = wide.relative(keys, causal), narrow.relative(keys, causal, reference=wide)
+        return nf + w * (wf - nf), nb + w * (wb - nb)
 
 
 class EagerExtraBytes(_Strict):

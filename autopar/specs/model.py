@@ -328,6 +328,12 @@ class ModelSpec(StrictModel):
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
+    def attention_head_dim(self) -> int:
+        """Per-head Q/K width the attention kernel runs at: MLA's nope + rope dims (Megatron
+        stores its Q, K as MHA at that width), else the head size."""
+        return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim if self.mla else self.head_size
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 

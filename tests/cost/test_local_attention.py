@@ -43,11 +43,11 @@ def test_local_layer_attention_time_scales_with_its_keys():
     b = Batch(LOCAL, cluster, TrainingSpec(seq_len=SEQ, global_batch_size=8), load_cost_params(), tab)
     local, glob = layer_forward(b, 0), layer_forward(b, 1)
     # the flash kernel's time follows its FLOPs, 126 / 2048 keys per query, over its efficiency at the
-    # keys a call streams (attention.length_curves, cuDNN on Hopper, FA3 paper Fig. 5-6): the window's
-    # calls at the shortest bar (512, causal 315 of 595), the global layer's at 4k (causal 518);
-    # backward 305/516 x 315/497 against 499/516 x 518/609
-    assert local["attn"][0] / glob["attn"][0] == pytest.approx(126 / 2048 * 518 / 315, rel=1e-9)
-    assert local["attn_bwd"][0] / glob["attn_bwd"][0] == pytest.approx(126 / 2048 * (499 * 518 / 609) / (305 * 315 / 497), rel=1e-9)
+    # keys a call streams (cuDNN on Hopper, FA3 paper Fig. 5-6, head dim 64 panels as gpt-oss's heads:
+    # attention.head_dim_64_curves): the window's calls at the shortest bar (512, causal 225), the
+    # global layer's at 4k (causal 363); backward 266 x 225/335 against 417 x 363/408
+    assert local["attn"][0] / glob["attn"][0] == pytest.approx(126 / 2048 * 363 / 225, rel=1e-9)
+    assert local["attn_bwd"][0] / glob["attn_bwd"][0] == pytest.approx(126 / 2048 * (417 * 363 / 408) / (266 * 225 / 335), rel=1e-9)
     assert local["gemm"][0] == pytest.approx(glob["gemm"][0], rel=1e-12)  # projections unchanged
 
 
