@@ -104,30 +104,27 @@ def solve(batch: Batch, objective: Objective, top_k: int, tables: Tables | None 
         return Ranking(rows=np.zeros(0, dtype=int), objective=np.zeros(0), proved_optimal=True, **common)
     pairs = candidate_pairs(tables, top_k)
     model, var = build_model(tables, pairs)
-    rows, proved = [], True
+    chosen, proved = [], True
     for _ in range(min(top_k, len(pairs))):
         solver, status = solve_model(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         proved &= status == cp_model.OPTIMAL
         index = int(solver.value(var["pair"]))
-        rows.append(int(tables.pair_rows[pairs[index]]))
+        chosen.append(index)
         model.add(var["pair"] != index)
-    found = len(rows)
-    rows_arr = np.asarray(rows + _boundary_ties(tables, pairs, rows), dtype=int)
+    rows_arr = tables.pair_rows[pairs[chosen + _boundary_ties(quantised_steps(tables)[pairs], chosen)]]
     values = objective_values(batch, tables.step_seconds[rows_arr], objective)
     # equal quantised objectives may come back in any order: rank by the exact values (ties on memory)
-    order = rank_order(values, tables.memory_bytes[rows_arr])[:found]
+    order = rank_order(values, tables.memory_bytes[rows_arr])[:len(chosen)]
     return Ranking(rows=rows_arr[order], objective=values[order], proved_optimal=proved, **common)
 
 
-def _boundary_ties(tables: Tables, pairs: np.ndarray, rows: list[int]) -> list[int]:
-    """Rows of the candidate pairs left out whose quantised step equals the last one solved:
-    CP-SAT returns any of a tied level, so the cut at top_k is made over the whole level by the
-    exact step and then memory (the exhaustive oracle's order), not by which tie came first."""
-    if not rows:
+def _boundary_ties(total: np.ndarray, chosen: list[int]) -> list[int]:
+    """Indices into `total` (the candidates' quantised steps) left out at the last level solved:
+    CP-SAT returns any member of a tied level, so the cut at top_k is made over the whole level
+    by the exact step and then memory (the exhaustive oracle's order), not by which came first."""
+    if not chosen:
         return []
-    total = quantised_steps(tables)[pairs]
-    level = np.rint(tables.step_seconds[rows] / STEP_QUANTUM_SECONDS).astype(np.int64).max()
-    chosen = set(rows)
-    return [int(r) for r in tables.pair_rows[pairs[total == level]] if r not in chosen]
+    level = total[chosen].max()
+    return sorted(set(np.flatnonzero(total == level).tolist()) - set(chosen))

@@ -11,7 +11,7 @@ import pytest
 from autopar.cost.context import Batch
 from autopar.cost.layer import flash_attention_seconds
 from autopar.cost.table import PlanTable
-from autopar.specs import ModelSpec, TrainingSpec, load_cluster
+from autopar.specs import ModelSpec, TrainingSpec, load_cluster, load_model
 from autopar.specs.costparams import AttentionLengthCurve, load_cost_params
 from autopar.specs.plan import Plan
 from autopar.specs.training import Stack
@@ -92,7 +92,6 @@ def test_narrow_heads_keep_the_head_dim_128_shape_on_ampere():
 def test_mla_runs_at_its_query_key_width():
     # DeepSeek-V3's MLA: 128 heads over hidden 7168 is 56 per head, but the kernel runs Q, K at
     # 128 + 64 = 192 (Megatron stores them as MHA at that width): the head-dim-128 bars, 518
-    from autopar.specs import load_model
     v3 = load_model("deepseek-v3")
     assert v3.hidden_size // v3.num_attention_heads == 56 and v3.attention_head_dim == 192
     fwd, _ = _tflops(_batch(4096, model=v3.model_copy(update={"num_layers": 4})))
