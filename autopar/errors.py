@@ -7,6 +7,8 @@ or a file path is the value a user needs to see whole."""
 
 from __future__ import annotations
 
+import re
+
 VALUE_CHARS = 80
 TEXT_CHARS = 200
 
@@ -52,12 +54,29 @@ class InputError(AutoparError, ValueError):
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         field = f"{prefix}.{loc}" if loc else prefix
-        shown = err.get("input")
+        shown, rule = err.get("input"), _pydantic_rule(err)
+        named = _NAMED_RULE.match(rule) if not loc else None
         if err.get("type") == "missing":
             shown = Missing()
-        elif value is not None and (not loc or isinstance(shown, (dict, list))):
+        elif named:  # a cross-field rule that names its field first ("moe_top_k=0 must be ...")
+            field, shown, rule = f"{prefix}.{named['field']}", Shown(named["value"]), named["rule"]
+        elif value is not None and (not loc or isinstance(shown, dict)):
             shown = value
-        return cls(field, shown, _pydantic_rule(err))
+        return cls(field, shown, rule)
+
+
+# "<field>=<value>[:] <rule>": how a model validator states the field it refuses
+_NAMED_RULE = re.compile(r"(?P<field>[A-Za-z_][\w.]*)=(?P<value>\S+?):?\s+(?P<rule>.+)", re.S)
+
+
+class Shown:
+    """A value a message already spells out (the text of a cross-field rule), shown as is."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 class Missing:

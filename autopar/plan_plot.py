@@ -1,12 +1,10 @@
 """The `autopar plan` chart: wall days vs cost for every point, one colour per GPU count, the
-Pareto front joined, the chosen point ringed, the deadline and the budget as lines. PNG, written
-atomically (rendered to a temporary file in the same folder, then renamed)."""
+Pareto front joined, the chosen point ringed, the deadline and the budget as lines. PNG bytes; the
+CLI writes them atomically with the permissions of its other results."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
+import io
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -22,7 +20,7 @@ def _money(p) -> float:
     return p.cost_usd / 1e6 if p.cost_usd is not None else p.gpu_hours / 1e6
 
 
-def write_plan_png(report: "PlanReport", path: str | Path, deadline_days: float | None = None, budget_usd: float | None = None) -> None:
+def plan_png(report: "PlanReport", deadline_days: float | None = None, budget_usd: float | None = None) -> bytes:
     points = [p for p in report.points if p.wall_days is not None]
     priced = all(p.cost_usd is not None for p in points)
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
@@ -50,17 +48,7 @@ def write_plan_png(report: "PlanReport", path: str | Path, deadline_days: float 
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    _save_atomic(fig, Path(path))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     plt.close(fig)
-
-
-def _save_atomic(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return buffer.getvalue()

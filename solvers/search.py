@@ -211,15 +211,16 @@ def explain_empty(req: SearchRequest) -> str:
     candidates = candidate_space(req.model, req.cluster, req.training, req.options)
     if not len(candidates):
         return f"no candidate plan for {n} GPUs with --fix {fixed}"
-    counts = {}
+    removed: dict[str, np.ndarray] = {}  # per field: the candidates any of its rules removes
     for rule in RULES:
         broken = np.asarray(rule.broken(req.model, req.cluster, req.training, candidates), dtype=bool)
         if broken.all():
             return f"no legal plan: every candidate breaks {rule.field}: {rule.message(req.model, req.training, _row(candidates, 0))}"
-        counts[rule.field] = counts.get(rule.field, 0) + int(broken.sum())
+        removed[rule.field] = removed.get(rule.field, np.zeros(len(candidates), dtype=bool)) | broken
+    counts = {field: int(mask.sum()) for field, mask in removed.items() if mask.any()}
     worst = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
-    return (f"no legal plan among {len(candidates):,} candidates for {n} GPUs: the rules that remove most are "
-            + ", ".join(f"{field} ({count:,})" for field, count in worst))
+    return (f"no legal plan among {len(candidates):,} candidates for {n} GPUs (each breaks at least one rule); the rules that "
+            "remove most are " + ", ".join(f"{field} ({count:,} of {len(candidates):,})" for field, count in worst))
 
 
 def _row(tab, i: int) -> dict:
@@ -248,7 +249,9 @@ def _nearest_fix(req: SearchRequest) -> str:
         except AutoparError:
             break
         if len(bigger.tab) and _fits_somewhere(bigger):
-            hints.append(f"--gpus {gpus} fits")
+            fabric = req.cluster.fabric_num_gpus
+            hints.append(f"--gpus {gpus} fits" if gpus <= fabric else
+                         f"--gpus {gpus} --extrapolate-fabric fits (cluster {req.cluster.name} describes {fabric:,} GPUs)")
             break
     else:
         hints.append(f"even {n * 64} GPUs do not fit this model at this sequence length")

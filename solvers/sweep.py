@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from autopar.errors import AutoparError, InputError
 from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
+from autopar.space import FIXABLE
 from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
 from autopar.specs.training import Stack
 from autopar.specs._base import StrictModel
@@ -53,6 +54,23 @@ class SweepSpec(StrictModel):
     top_k: int = Field(5, gt=0, le=MAX_TOP_K, description="Plans ranked per case")
     threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
     extrapolate_fabric: bool = Field(False, description="Allow GPU counts beyond the cluster file's fabric (its top tier repeats)")
+
+    @field_validator("models", "clusters", "gpus", "seq_lens", "global_batches")
+    @classmethod
+    def _distinct(cls, values: list, info) -> list:
+        """A repeated entry would run its cases twice under one case id."""
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return values
+
+    @field_validator("fixed")
+    @classmethod
+    def _fixable(cls, fixed: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(fixed) - set(FIXABLE))
+        if unknown:
+            raise ValueError(f"unknown dimension {', '.join(unknown)}; can fix: {', '.join(FIXABLE)}")
+        return fixed
 
     @field_validator("gpus", "seq_lens", "global_batches")
     @classmethod

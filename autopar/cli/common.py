@@ -214,7 +214,7 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | Path, text: str, field: str = "out") -> None:
+def write_atomic(path: str | Path, text: str | bytes, field: str = "out") -> None:
     """Write a results file so that a reader never sees half of it, with the permissions a
     plain open() would give (mkstemp creates 0600, which hides results from teammates)."""
     path = Path(path)
@@ -229,7 +229,7 @@ def write_atomic(path: str | Path, text: str, field: str = "out") -> None:
     except OSError as exc:
         raise InputError(field, str(path), f"cannot write ({exc.strerror})") from None
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
             fh.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)

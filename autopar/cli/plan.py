@@ -172,13 +172,13 @@ def points_csv(report: PlanReport) -> str:
 
 
 def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budget: float | None) -> list[Path]:
-    from autopar.plan_plot import write_plan_png
+    from autopar.plan_plot import plan_png
 
     out = Path(out_dir)
     paths = [out / "plan.json", out / "plan.csv", out / "plan.png"]
     write_atomic(paths[0], dump_json(report.model_dump(mode="json")))
     write_atomic(paths[1], points_csv(report))
-    write_plan_png(report, paths[2], deadline, budget)
+    write_atomic(paths[2], plan_png(report, deadline, budget))
     return paths
 
 

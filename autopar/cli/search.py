@@ -144,7 +144,7 @@ def _per_stage_line(info) -> str:
     if not compared:
         return head
     top = min(compared, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))
-    return head + (f"; largest gain {100 * (top.step_seconds / top.balanced_step_seconds - 1):+.1f}% "
+    return head + (f"; largest gain {100 * (1 - top.step_seconds / top.balanced_step_seconds):.1f}% less step time "
                    f"({top.balanced_step_seconds:.3f} s balanced -> {top.step_seconds:.3f} s per-stage: {top.plan})")
 
 

@@ -142,6 +142,9 @@ def collective_choice(op: Collective, message_bytes: float, group: Group, cluste
     if n <= 1 or message_bytes <= 0:
         return nccl.Choice("none", "none", 0.0, 0.0)
     if op in (Collective.all_to_all, Collective.send_recv):
+        if algorithm is not None or protocol not in (None, "simple"):
+            raise ValueError(f"{op.value} runs as NCCL point-to-point sends (Simple protocol), which NCCL_ALGO and NCCL_PROTO "
+                             "do not tune; force an algorithm or protocol on all_reduce, all_gather, reduce_scatter or broadcast")
         t = _p2p_seconds(op, message_bytes, group, cluster, params)
         return nccl.Choice("p2p", "simple", t, t)
     f = fabric(cluster, group, params)

@@ -36,13 +36,16 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     shares = [projection_shares(g.name, m) if batch.stack.separate_projections else (1.0,) for g in gemms]
     times = [sum(gemm_time(batch, g.m, g.n * s, g.k, dtype) for s in sh) * g.count for g, sh in zip(gemms, shares)]
     out = {"gemm": sum(times)}
-    out["gemm_flops"] = sum(g.flops for g in gemms)
+    # FLOPs executed by the mean rank: the routed experts' GEMMs are costed at the most-loaded
+    # rank's `load` x share (the step waits for it), but the other ranks do less, not idle work
+    flops = [g.flops / load if g.name.startswith("moe/experts") else g.flops for g in gemms]
+    out["gemm_flops"] = sum(flops)
     # forward GEMM seconds and FLOPs of the submodules selective recompute may name (RecomputeModule)
     # (mla_up: what MLA's up-projection checkpoint reruns, the full-rank Q projection included)
     for key, of in (("mlp", lambda n: n.startswith("mlp/")), ("moe", lambda n: n.startswith("moe/")),
                     ("shared", lambda n: n.startswith("moe/shared")), ("mla_up", lambda n: n in MLA_UP_GEMMS)):
         out[f"gemm_{key}"] = sum((tm for g, tm in zip(gemms, times) if of(g.name)), np.zeros(len(t)))
-        out[f"flops_{key}"] = sum((g.flops for g in gemms if of(g.name)), 0.0)
+        out[f"flops_{key}"] = sum((fl for g, fl in zip(gemms, flops) if of(g.name)), 0.0)
     # fp8/fp4 GEMMs cast their bf16 inputs (forward: activations M x K; backward: output
     # gradients M x N): memory-bound work on top of the GEMM (Transformer Engine)
     cast = prm.memory.low_precision_cast_bytes_per_element if dtype in ("fp8", "fp4") else 0.0

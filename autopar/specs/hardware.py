@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -32,15 +32,20 @@ class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# 100,000 TFLOP/s: 10x the densest 2025 part's FP4 peak (B300, 15 PFLOP/s dense); a larger
+# number is FLOP/s typed where TFLOP/s go
+MAX_TFLOPS = 100_000.0
+
+
 class PeakTflops(_Strict):
     """Dense (no sparsity) peak TFLOP/s per GPU by dtype; null where the GPU lacks it."""
 
-    fp32: float | None = Field(None, gt=0, description="Non-tensor-core FP32, TFLOP/s")
-    tf32: float | None = Field(None, gt=0, description="TF32 tensor core, TFLOP/s")
-    bf16: float | None = Field(None, gt=0, description="BF16 tensor core, TFLOP/s")
-    fp16: float | None = Field(None, gt=0, description="FP16 tensor core, TFLOP/s")
-    fp8: float | None = Field(None, gt=0, description="FP8 tensor core, TFLOP/s (Hopper+)")
-    fp4: float | None = Field(None, gt=0, description="FP4 tensor core, TFLOP/s (Blackwell+)")
+    fp32: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="Non-tensor-core FP32, TFLOP/s")
+    tf32: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="TF32 tensor core, TFLOP/s")
+    bf16: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="BF16 tensor core, TFLOP/s")
+    fp16: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="FP16 tensor core, TFLOP/s")
+    fp8: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="FP8 tensor core, TFLOP/s (Hopper+)")
+    fp4: float | None = Field(None, gt=0, le=MAX_TFLOPS, description="FP4 tensor core, TFLOP/s (Blackwell+)")
 
 
 class GpuSpec(_Strict):
@@ -48,7 +53,7 @@ class GpuSpec(_Strict):
 
     name: str = Field(description="Canonical name, e.g. H100")
     aliases: list[str] = Field(default_factory=list, description="Other spellings (H100-80GB, ...)")
-    architecture: str = Field(description="volta | ampere | hopper | blackwell")
+    architecture: Literal["volta", "ampere", "ada", "hopper", "blackwell"] = Field(description="volta | ampere | ada | hopper | blackwell")
     compute_capability: float = Field(gt=0, description="CUDA compute capability, e.g. 9.0")
     peak_tflops: PeakTflops = Field(description="Dense peaks by dtype, TFLOP/s")
     hbm_gib: float = Field(
@@ -134,7 +139,8 @@ class IntraNode(_Strict):
 
     kind: LinkKind = Field(description="nvlink | pcie")
     bandwidth_gb_per_s: float = Field(gt=0, description="Per GPU per direction peak, GB/s")
-    latency_us: float = Field(ge=0, description="Per collective step latency, microseconds")
+    latency_us: float = Field(ge=0, description="Per step latency of point-to-point traffic (EP dispatch, pipeline sends) inside the node, "
+                              "microseconds; NCCL collectives take NCCL's own tuning-model latencies (profiles/cost nccl, scaled by a calibration)")
     sharp: bool = Field(False, description="NVLink SHARP (NVLS) in-switch reduction available")
 
 
@@ -143,7 +149,8 @@ class NetworkTier(_Strict):
 
     name: str = Field(description="leaf, spine, core, ...")
     num_nodes: int = Field(gt=0, description="Nodes reachable without leaving this tier")
-    latency_us: float = Field(ge=0, description="Per collective step latency at this tier, microseconds")
+    latency_us: float = Field(ge=0, description="Per step latency of traffic that crosses this tier, microseconds (an outer tier adds "
+                              "its latency over the leaf's to NCCL's network latency)")
     oversubscription: float = Field(1.0, ge=1.0, description="Uplink oversubscription; 1.0 = non-blocking")
 
 
@@ -188,6 +195,17 @@ class ClusterSpec(_Strict):
     def _check(self) -> "ClusterSpec":
         if self.num_nodes > 1 and self.nic_gb_per_s_per_gpu <= 0:
             raise ValueError(f"num_nodes={self.num_nodes} needs nic_gb_per_s_per_gpu > 0")
+        for inner, outer in zip(self.tiers, self.tiers[1:]):
+            if outer.num_nodes <= inner.num_nodes:
+                raise ValueError(f"tiers.{outer.name}.num_nodes={outer.num_nodes}: tiers go innermost first, so it must exceed "
+                                 f"tier {inner.name}'s {inner.num_nodes}")
+            if outer.latency_us < inner.latency_us:
+                raise ValueError(f"tiers.{outer.name}.latency_us={outer.latency_us}: an outer tier crosses more switches, so its "
+                                 f"latency cannot be below tier {inner.name}'s {inner.latency_us} us")
+        link = self.gpu.nvlink_gb_per_s if self.intra_node.kind == LinkKind.nvlink else self.gpu.pcie_gb_per_s
+        if link is not None and self.intra_node.bandwidth_gb_per_s > link * (1 + 1e-9):
+            raise ValueError(f"intra_node.bandwidth_gb_per_s={self.intra_node.bandwidth_gb_per_s}: exceeds gpu {self.gpu.name}'s "
+                             f"{self.intra_node.kind.value} rate of {link} GB/s per direction (GB/s, not Gb/s)")
         if self.intra_node.kind == LinkKind.nvlink and self.gpu.nvlink_gb_per_s is None and self.gpus_per_node > 1:
             raise ValueError(f"intra_node.kind=nvlink: gpu {self.gpu.name} has no node-wide NVLink (a PCIe card): "
                              f"give intra_node kind pcie at its PCIe rate ({self.gpu.pcie_gb_per_s} GB/s per direction)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autopar.errors import InputError
+from autopar.errors import InputError, Missing
 
 GPT2_KEYS = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads",
              "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps"}
@@ -46,7 +46,9 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     if isinstance(data.get("text_config"), dict):
         return is_hf_config(data["text_config"])
     layers = "num_hidden_layers" in data or isinstance(data.get("layers_block_type"), list)  # Nemotron 3 Ultra: one entry per layer
-    return (layers and "hidden_size" in data) or ("n_layer" in data and "n_embd" in data)
+    # num_hidden_layers alone is HF's spelling (an autopar model file says num_layers), so a config
+    # that lacks hidden_size is still read as HF and its error names hidden_size
+    return layers or ("model_type" in data and "num_layers" not in data) or ("n_layer" in data and "n_embd" in data)
 
 
 def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +71,7 @@ def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
     if key not in cfg or cfg[key] is None:
-        raise InputError(f"{field}.{key}", name, "HuggingFace config lacks this required key")
+        raise InputError(f"{field}.{key}", Missing() if key not in cfg else None, f"HuggingFace config of {name} lacks this required key")
     return cfg[key]
 
 
@@ -172,7 +174,7 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
     elif "gemma3" in mtype:
         every = cfg.get("sliding_window_pattern") or 6
         full = [i for i in range(layers) if (i + 1) % every == 0]
-    elif "gemma2" in mtype:
+    elif "gemma2" in mtype or "gpt_oss" in mtype:  # transformers' default layer_types: sliding, full, sliding, ...
         full = range(1, layers, 2)
     else:
         full = []
@@ -273,13 +275,14 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "num_layers": layers,
         "hidden_size": _get(cfg, "hidden_size", field, name),
         "num_attention_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
+        "num_kv_heads": heads if cfg.get("num_key_value_heads") is None else cfg["num_key_value_heads"],
         "head_dim": cfg.get("head_dim"),
         "ffn_hidden_size": dense_ffn,
         "gated_mlp": act in GATED_ACTIVATIONS or any(f in mtype for f in GATED_FAMILIES),
         "activation": act,
         "vocab_size": _get(cfg, "vocab_size", field, name),
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        # transformers' Gemma, Gemma-2 and Gemma-3 configs tie by default (their config.json files omit the key)
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", mtype.startswith("gemma"))),
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         "normalization": "layernorm" if gpt2 else "rmsnorm",
         "norm_eps": cfg.get("rms_norm_eps") or cfg.get("layer_norm_eps") or cfg.get("norm_eps") or 1e-5,
@@ -303,8 +306,8 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         fields["mla"] = {
             "q_lora_rank": cfg.get("q_lora_rank"), "kv_lora_rank": cfg["kv_lora_rank"],
             "qk_nope_head_dim": _get(cfg, "qk_nope_head_dim", field, name),
-            "qk_rope_head_dim": cfg.get("qk_rope_head_dim", 0), "v_head_dim": _get(cfg, "v_head_dim", field, name),
+            "qk_rope_head_dim": cfg.get("qk_rope_head_dim") or 0, "v_head_dim": _get(cfg, "v_head_dim", field, name),
         }
         fields["num_kv_heads"] = heads
-        fields["head_dim"] = cfg["qk_nope_head_dim"] + cfg.get("qk_rope_head_dim", 0)
+        fields["head_dim"] = cfg["qk_nope_head_dim"] + (cfg.get("qk_rope_head_dim") or 0)
     return fields

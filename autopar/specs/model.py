@@ -275,6 +275,7 @@ class ModelSpec(StrictModel):
                 raise ValueError("moe_ffn_hidden_size is required when num_experts > 0")
             if self.moe_first_k_dense_layers > self.num_layers:
                 raise ValueError(f"moe_first_k_dense_layers={self.moe_first_k_dense_layers} exceeds num_layers={self.num_layers}")
+            self._check_router_groups()
         elif self.moe_latent_size is not None:
             raise ValueError("moe_latent_size needs routed experts (num_experts > 0)")
         if self.attention_window is None and (self.global_attention_layers or self.attention_chunked):
@@ -294,6 +295,20 @@ class ModelSpec(StrictModel):
         if self.mtp_hybrid_pattern is not None:
             self._check_mtp_hybrid(self.mtp_hybrid_pattern)
         return self
+
+    def _check_router_groups(self) -> None:
+        """Group-limited routing (DeepSeek-V3 n_group / topk_group): the experts split into equal
+        groups, a token picks topk_group of them and its top-k experts inside those."""
+        groups, picked = self.moe_router_num_groups, self.moe_router_group_topk
+        if groups is None:
+            return
+        if self.num_experts % groups:
+            raise ValueError(f"moe_router_num_groups={groups} must divide num_experts={self.num_experts} (equal expert groups)")
+        if picked is not None and picked > groups:
+            raise ValueError(f"moe_router_group_topk={picked} must be at most moe_router_num_groups={groups}")
+        if picked is not None and self.moe_top_k > picked * (self.num_experts // groups):
+            raise ValueError(f"moe_top_k={self.moe_top_k} exceeds the {picked * (self.num_experts // groups)} experts of "
+                             f"moe_router_group_topk={picked} groups of {self.num_experts // groups}")
 
     def _check_mtp_hybrid(self, mtp: str) -> None:
         if self.hybrid_layer_pattern is None or not self.mtp_num_layers:

@@ -103,6 +103,27 @@ def test_nothing_fits_names_memory_and_a_way_out():
     assert "smallest memory need is" in msg and "HBM is 85.5 GB (79.7 GiB)" in msg and "--gpus" in msg and "fits" in msg
 
 
+
+def test_a_way_out_beyond_the_fabric_says_how_to_take_it():
+    """LLaMA-3 8B does not fit the 4 x 16 GB workstation; 16 GPUs would, but the file describes
+    4, and --gpus 16 alone is refused, so the hint names --extrapolate-fabric."""
+    r = run(["--model", "llama3-8b", "--cluster", "pcie-workstation", "--seq-len", "2048", "--global-batch", "16"])
+    assert r.exit_code == 1
+    assert r.output.strip().endswith("nearest change: --gpus 16 --extrapolate-fabric fits (cluster pcie-workstation describes 4 GPUs)")
+
+
+def test_no_legal_plan_counts_candidates_once_per_rule():
+    """73 GPUs on GB200 NVL72 (a prime count: 1 x 73 domains of 73 GPUs is no layout a rule
+    allows): each candidate counts once per rule field, never more than there are candidates."""
+    r = run(["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "73", "--seq-len", "8192", "--global-batch", "64"])
+    assert r.exit_code == 1
+    msg = r.output.strip()
+    assert "candidates for 73 GPUs (each breaks at least one rule); the rules that remove most are plan.cp (" in msg
+    total = int(msg.split("no legal plan among ")[1].split(" ")[0].replace(",", ""))
+    counts = [int(part.split("(")[1].split(" of ")[0].replace(",", "")) for part in msg.split("remove most are ")[1].split("), ")]
+    assert all(0 < c <= total for c in counts)
+
+
 def test_readme_search_emits_a_valid_megatron_script(tmp_path):
     # issue 5: `autopar search ... --emit megatron` on the README's example passes bash -n and
     # the Megatron validator (the emitter refuses plans that break Megatron's rules)

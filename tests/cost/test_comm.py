@@ -93,3 +93,6 @@ def test_ring_scale_out_bandwidth_constant_in_nodes(params):
 def test_forced_algorithm_that_cannot_run(params):
     with pytest.raises(ValueError, match="nvls_tree cannot run"):
         collective_choice(AR, GiB, Group(8, 8, 1), load_cluster("dgx-h100"), params, "nvls_tree")
+    # AllToAll runs as point-to-point sends, which NCCL_ALGO does not choose (it was silently ignored)
+    with pytest.raises(ValueError, match="alltoall runs as NCCL point-to-point sends"):
+        collective_choice(Collective.all_to_all, GiB, Group(8, 8, 1), load_cluster("dgx-h100"), params, "tree")

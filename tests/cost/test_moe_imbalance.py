@@ -11,7 +11,7 @@ import pytest
 from autopar.cost.context import Batch
 from autopar.cost.moe import expected_max_standard_normal, expert_load_factor
 from autopar.cost.table import PlanTable
-from autopar.specs import ModelSpec, TrainingSpec, load_cluster
+from autopar.specs import ModelSpec, TrainingSpec, load_cluster, load_model
 from autopar.specs.costparams import load_cost_params
 from autopar.specs.plan import Plan
 from autopar.specs.training import MoeRouting
@@ -160,3 +160,18 @@ def test_modelzoo_dropless_against_forced_balance(seq, forced_tflops, dropless_t
     dropless = predict_row(rows[f"new-modelzoo-qwen3-235b-h100-long{name}-dropless"]).predicted_tokens_per_second_per_gpu
     assert forced / dropless == pytest.approx(forced_tflops / dropless_tflops, abs=0.09)
     assert forced / dropless > 1.08
+
+
+def test_imbalance_slows_the_step_but_adds_no_executed_flops():
+    """The busiest expert rank sets the step (load factor > 1), but the other ranks run fewer
+    tokens, not idle FLOPs: without recompute, FLOPs executed = model FLOPs, so HFU = MFU (HFU
+    came out 0.271 against MFU 0.249 for gpt-oss-120b with EP16 before)."""
+    from autopar.cost.estimate import estimate
+    model, cluster = load_model("gpt-oss-120b"), load_cluster("dgx-h100").with_gpus(256)
+    plan = Plan(tp=1, pp=8, dp=32, ep=16, vpp=2, mbs=1, zero=1, recompute="none")
+    t = TrainingSpec(seq_len=4096, global_batch_size=1024)
+    learned = estimate(model, cluster, t, plan, load_cost_params())
+    balanced = estimate(model, cluster, t.model_copy(update={"moe_routing": MoeRouting.balanced}), plan, load_cost_params())
+    assert learned.step_seconds > balanced.step_seconds  # the imbalance costs time
+    assert learned.hardware_flops_per_step == pytest.approx(learned.model_flops_per_step, rel=1e-9)
+    assert learned.hfu == pytest.approx(learned.mfu, rel=1e-9)

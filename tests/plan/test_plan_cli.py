@@ -99,6 +99,8 @@ def test_json_contract_and_files(tmp_path):
     assert saved["points"] == report["points"]
     assert (tmp_path / "p" / "plan.csv").read_text().splitlines()[0].startswith("gpus,global_batch_tokens,plan,")
     assert (tmp_path / "p" / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the chart is written like the other results, not with mkstemp's private 0600
+    assert (tmp_path / "p" / "plan.png").stat().st_mode == (tmp_path / "p" / "plan.json").stat().st_mode
     assert not list((tmp_path / "p").glob(".*tmp"))  # atomic writes leave no temporaries
 
 

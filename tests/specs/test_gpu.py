@@ -44,3 +44,39 @@ def test_a_pcie_card_cannot_sit_in_an_nvlink_node():
         cluster_from_mapping(node)
     pcie = cluster_from_mapping({**node, "intra_node": {"kind": "pcie", "bandwidth_gb_per_s": 64, "latency_us": 1.0}})
     assert (pcie.gpu.peak_tflops.bf16, pcie.gpu.num_sms) == (756, 114)  # datasheet: 1,513 sparse / 2; 114 SMs
+
+
+def _superpod(**changes):
+    """dgx-h100-superpod's fields (profiles/clusters/dgx-h100-superpod.yaml) with some replaced."""
+    from autopar.specs.hardware import cluster_from_mapping
+    base = load_cluster("dgx-h100-superpod").model_dump(mode="json")
+    base["gpu"] = "H100"
+    base.pop("calibration", None)
+    return cluster_from_mapping({**base, **changes})
+
+
+def test_fabric_tiers_go_innermost_first_with_growing_latency():
+    """An outer tier reaches more nodes and crosses more switches; a file that lists them the
+    other way gave negative collective times (NCCL's network latency + outer - leaf latency)."""
+    from autopar.errors import InputError
+    leaf = {"name": "leaf", "num_nodes": 32, "latency_us": 20.0}
+    with pytest.raises(InputError, match=r"^cluster.tiers.spine.latency_us=2.0: an outer tier crosses more switches"):
+        _superpod(tiers=[leaf, {"name": "spine", "num_nodes": 128, "latency_us": 2.0}])
+    with pytest.raises(InputError, match=r"^cluster.tiers.spine.num_nodes=16: tiers go innermost first, so it must exceed tier leaf's 32"):
+        _superpod(tiers=[leaf, {"name": "spine", "num_nodes": 16, "latency_us": 30.0}])
+    ok = _superpod(tiers=[leaf, {"name": "spine", "num_nodes": 128, "latency_us": 20.0}])
+    assert [t.num_nodes for t in ok.tiers] == [32, 128]
+
+
+def test_unit_slips_in_a_cluster_file_are_refused():
+    """Gb/s typed where GB/s go (NVLink4: 450 GB/s per direction = 3,600 Gb/s), FLOP/s where
+    TFLOP/s go (H100 BF16 989 TFLOP/s), and an architecture no cost table knows."""
+    from autopar.errors import InputError
+    node = load_cluster("dgx-h100-superpod").model_dump(mode="json")
+    with pytest.raises(InputError, match=r"intra_node.bandwidth_gb_per_s=3600.0: exceeds gpu H100's nvlink rate of 450.0 GB/s"):
+        _superpod(intra_node={**node["intra_node"], "bandwidth_gb_per_s": 3600})
+    gpu = {**node["gpu"], "name": "mine", "aliases": []}
+    with pytest.raises(InputError, match=r"^cluster.gpu.peak_tflops.bf16=989000000000000.0: Input should be less than or equal to 100000"):
+        _superpod(gpu={**gpu, "peak_tflops": {**gpu["peak_tflops"], "bf16": 989e12}})
+    with pytest.raises(InputError, match=r"^cluster.gpu.architecture='quantum': Input should be 'volta', 'ampere', 'ada', 'hopper' or 'blackwell'"):
+        _superpod(gpu={**gpu, "architecture": "quantum"})

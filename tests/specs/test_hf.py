@@ -145,3 +145,46 @@ def test_hybrid_layers_parsed_or_refused_by_name(tmp_path):
                   "intermediate_size": 21504, "vocab_size": 131072, "hybrid_override_pattern": "M-M*"}
     with pytest.raises(InputError, match=r"hybrid_override_pattern.*state-space"):
         load_model(str(_write(tmp_path, nemotron_h, "nemotron-h")))
+
+
+def test_gpt_oss_without_layer_types_alternates_like_transformers(tmp_path):
+    """transformers GptOssConfig fills a missing layer_types with sliding, full, sliding, ...
+    (sliding iff (i + 1) % 2), as Gemma-2 does; it is not a Mistral-style all-sliding model."""
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "layer_types"}
+    m = load_model(str(_write(tmp_path, cfg, "gpt-oss-no-types")))
+    assert (m.attention_window, m.global_attention_layers) == (128, tuple(range(1, 36, 2)))
+
+
+def test_gemma_ties_its_embeddings_unless_the_config_says_otherwise(tmp_path):
+    """google/gemma-2-9b config.json omits tie_word_embeddings; transformers' Gemma2Config
+    defaults it to True. Untied, the importer counted the 256,000 x 3,584 = 0.92B output matrix
+    twice: 10.16B instead of the model card's 9.24B."""
+    gemma2_9b = {"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42, "num_attention_heads": 16,
+                 "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+                 "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096, "rms_norm_eps": 1e-6}
+    m = load_model(str(_write(tmp_path, gemma2_9b, "gemma2-9b")))
+    assert m.tied_embeddings and total_params_billion(m) == pytest.approx(9.24, rel=0.005)
+    untied = load_model(str(_write(tmp_path, {**gemma2_9b, "tie_word_embeddings": False}, "gemma2-untied")))
+    assert total_params_billion(untied) - total_params_billion(m) == pytest.approx(256000 * 3584 / 1e9, rel=1e-6)
+
+
+def test_deepseek_config_edge_values(tmp_path):
+    """A null qk_rope_head_dim is no rope part (it was a TypeError); group-limited routing must
+    split the experts evenly and pick at most n_group groups (DeepSeek-V3: 256 experts, 8 groups,
+    topk_group 4)."""
+    cfg = json.loads(open("profiles/models/deepseek-v3.json").read())
+    m = load_model(str(_write(tmp_path, {**cfg, "qk_rope_head_dim": None}, "ds-null-rope")))
+    assert m.mla.qk_rope_head_dim == 0 and m.head_size == 128  # qk_nope_head_dim alone
+    with pytest.raises(InputError, match=r"^model.moe_router_num_groups=7: must divide num_experts=256"):
+        load_model(str(_write(tmp_path, {**cfg, "n_group": 7}, "ds-groups")))
+    with pytest.raises(InputError, match=r"^model.moe_router_group_topk=9: must be at most moe_router_num_groups=8"):
+        load_model(str(_write(tmp_path, {**cfg, "topk_group": 9}, "ds-topk-group")))
+    with pytest.raises(InputError, match=r"^model.num_kv_heads=0: Input should be greater than 0"):
+        load_model(str(_write(tmp_path, {**GPT_OSS_120B, "num_key_value_heads": 0}, "kv0")))
+
+
+def test_a_config_without_hidden_size_names_hidden_size(tmp_path):
+    cfg = {k: v for k, v in QWEN3_MOE.items() if k != "hidden_size"}
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, cfg, "no-hidden")))
+    assert str(err.value).startswith("model.hidden_size=(missing): HuggingFace config of ")

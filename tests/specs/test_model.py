@@ -55,7 +55,7 @@ def test_autopar_model_file(tmp_path):
     [
         ("num_layers: -2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n", "model.num_layers"),
         ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\nbogus: 1\n", "model.bogus"),
-        ("num_layers: 2\nhidden_size: 65\nnum_attention_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n", "model"),
+        ("num_layers: 2\nhidden_size: 65\nnum_attention_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n", "model.hidden_size"),
         ("[1, 2]\n", "model"),
     ],
 )

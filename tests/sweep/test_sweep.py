@@ -221,6 +221,9 @@ def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
     ({"precision": "fp3"}, "sweep.precision='fp3': Input should be 'bf16', 'fp16', 'fp8' or 'fp4'"),
     ({"gpus": [32768], "clusters": ["dgx-h100"]}, "gpus=32768: cluster dgx-h100 describes a fabric of 16,384 GPUs"),
     ({"seq_lens": [True]}, "sweep.seq_lens="),
+    # a repeated entry ran its cases twice under one case id; an unknown pinned dimension failed every case
+    ({"models": ["gpt2-xl", "gpt2-xl"]}, "sweep.models=['gpt2-xl', 'gpt2-xl']: gpt2-xl listed more than once"),
+    ({"fixed": {"tpp": 2}}, "sweep.fixed="),
 ])
 def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
