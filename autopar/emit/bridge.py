@@ -239,6 +239,9 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     rules.check(job.model.hybrid_layer_pattern is None or job.plan.vpp == 1, "no virtual pipeline stages for hybrid models",
                 f"vpp={job.plan.vpp}: HybridModelProvider.provide asserts virtual_pipeline_model_parallel_size is None "
                 "(Megatron-LM's pretrain_hybrid.py runs it: --format megatron)", "megatron/bridge/models/hybrid/hybrid_provider.py provide")
+    rules.check(job.plan.zero < 2 or job.plan.order.value != "tp-cp-ep-pp-dp", "Megatron-FSDP with the default rank order",
+                f"zero={job.plan.zero} with order={job.plan.order.value}: ConfigContainer asserts 'use_tp_pp_dp_mapping is not "
+                "supported with Megatron FSDP'", "megatron/bridge/training/config.py")
     bytes_ = job.training.optimizer_bytes_per_param
     rules.check(bytes_ in OPTIMIZER_DTYPES, "Adam state of fp32 or 16-bit main params and moments",
                 f"optimizer_bytes_per_param={bytes_:g}: OptimizerConfig's precision-aware dtypes give "
@@ -279,6 +282,9 @@ OVERRIDES = {{
 MIXED_PRECISION = {precision_name(job)!r}
 GRAD_REDUCE_IN_FP32 = {job.training.grad_reduce_bytes_per_param >= 4!r}  # the precision recipe's own default would win otherwise
 TP_COMM_OVERLAP = {job.plan.tp > 1 and job.plan.tp_comm_overlap!r}
+# Bridge's comm-overlap setup runs after the overrides and writes its own EP-overlap choice back
+# onto the model (comm_overlap.py: default False), so the plan's choice goes here too
+EP_COMM_OVERLAP = {job.plan.ep > 1 and job.plan.ep_overlap!r}
 
 
 def apply_overrides(cfg, overrides):
@@ -298,7 +304,7 @@ def autopar_config():
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
     cfg.mixed_precision = precision
-    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg
 
 

@@ -14,7 +14,7 @@ import json
 
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines
 from autopar.emit.deepspeed_script import HELPER, render_helper
-from autopar.specs.plan import CpAlgo, Plan, Recompute, Schedule
+from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.stack import load_stack
 from autopar.specs.training import Precision, Stack, TrainingSpec
 
@@ -49,6 +49,14 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
                 f"tp={plan.tp}: DeepSpeed has no tensor parallelism for a generic training script; use --format megatron")
     rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ulysses, "context parallel = Ulysses (sequence_parallel_size)",
                 f"cp={plan.cp} with cp_algo={plan.cp_algo.value}: DeepSpeed's sequence parallelism is Ulysses all-to-all")
+    rules.check(plan.cp == 1 or plan.pp == 1, "Ulysses sequence parallelism without pipeline parallelism",
+                f"cp={plan.cp} with pp={plan.pp}: a PipelineModule's grid counts DP as world / pp (runtime/pipe/module.py), and "
+                "deepspeed.initialize asserts 'mpu must be None with pipeline parallelism', so the Ulysses groups cannot be passed")
+    rules.check(plan.cp == 1 or plan.ep == 1, "Ulysses sequence parallelism without AutoEP",
+                f"cp={plan.cp} with ep={plan.ep}: the Ulysses mpu reports its sequence group as model parallel, and AutoEP "
+                "refuses tensor model parallelism from mpu (runtime/engine.py)")
+    rules.check(plan.order == RankOrder.tp_cp_ep_dp_pp, "rank order pipe outermost, data inner (PipeDataParallelTopology)",
+                f"order={plan.order.value}: DeepSpeed's default topology fixes the rank order (runtime/pipe/topology.py)")
     if plan.cp > 1 and plan.cp_algo == CpAlgo.ulysses:
         heads = job.model.num_attention_heads
         rules.check(heads % plan.cp == 0, "Ulysses: num_attention_heads % sp == 0", f"heads({heads}) % cp({plan.cp}) = {heads % plan.cp}")
@@ -92,6 +100,8 @@ def build_config(job: EmitJob) -> dict:
         config["bf16"] = {"enabled": True}
     # dtype of the gradient reduction on the wire (the plan's grad_reduce_bytes_per_param)
     config["communication_data_type"] = "fp32" if t.grad_reduce_bytes_per_param >= 4 else ("fp16" if t.precision == Precision.fp16 else "bf16")
+    if plan.cp > 1:  # under Ulysses DeepSpeed reduces in this dtype instead (default fp32: runtime/constants.py)
+        config["seq_parallel_communication_data_type"] = config["communication_data_type"]
     # the reduce bucket and live-parameter window the cost model's ZeRO-3 terms assume
     # (profiles/stacks/deepspeed.yaml), written out so that config and estimate agree
     stack = load_stack(Stack.deepspeed)

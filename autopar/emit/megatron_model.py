@@ -108,7 +108,7 @@ def model_flags(job: EmitJob) -> list[Group]:
             out.append(["--num-query-groups", str(m.kv_heads)])
     out.append(["--normalization", "RMSNorm" if m.normalization == Norm.rmsnorm else "LayerNorm"])
     out.append(["--norm-epsilon", f"{m.norm_eps:g}"])
-    if m.qk_layernorm and m.mla is None:  # MLA's latent norms are part of --multi-latent-attention
+    if m.qk_layernorm:  # with MLA it builds the q and kv latent norms (gpt_layer_specs: only when qk_layernorm is set)
         out.append(["--qk-layernorm"])
     if m.gated_mlp:
         out.append(["--swiglu"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from autopar.emit.common import Artefact, EmitJob, Rules, check_common
 from autopar.emit.torchtitan_render import render_launcher, render_module
-from autopar.specs.plan import CpAlgo, Dispatcher, Recompute, Schedule
+from autopar.specs.plan import CpAlgo, Dispatcher, RankOrder, Recompute, Schedule
 from autopar.specs.stack import load_stack
 from autopar.specs.training import Fp8Recipe, Precision, Stack
 
@@ -123,6 +123,12 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     if job.model.is_moe:
         rules.check(not plan.ep_overlap, "no EP communication overlap", "ep_overlap=on: torchtitan has no "
                     "overlap of one micro-batch's expert all-to-all with another's compute", "TT")
+    if job.model.mtp_num_layers and plan.cp > 1:
+        rules.check(False, "MTP modules only without context parallelism",
+                    f"mtp_num_layers={job.model.mtp_num_layers} with cp={plan.cp}: torchtitan's MTP decoder refuses context "
+                    "parallelism (models/deepseek_v3/mtp.py: 'MTP does not support context parallelism yet')", "CP")
+    rules.check(plan.order == RankOrder.tp_cp_ep_dp_pp, "device mesh order pp, dp_replicate, dp_shard, cp, tp (tp fastest)",
+                f"order={plan.order.value}: torchtitan builds its mesh in one fixed order (distributed/parallel_dims.py)", "PD")
     if job.model.mtp_num_layers and plan.pp > 1:
         rules.check(False, "MTP modules only without pipeline parallelism",
                     f"mtp_num_layers={job.model.mtp_num_layers} with pp={plan.pp}: torchtitan's pipeline split "

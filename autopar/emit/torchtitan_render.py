@@ -33,7 +33,14 @@ def _model_spec_lines(job: EmitJob, tc: "TitanConfig") -> str:
         imports += "    from torchtitan.components.quantization import Float8LinearConverter\n"
         converters = (f"[Float8LinearConverter.Config(recipe_name={tc.float8_recipe!r}, filter_fqns={tc.float8_skip!r}, "
                       "model_compile_enabled=True)]")
-    return imports + f"    config.model_spec = model_registry({tc.flavor!r}, converters={converters}{', ' + extra if extra else ''})\n"
+    lines = imports + f"    config.model_spec = model_registry({tc.flavor!r}, converters={converters}{', ' + extra if extra else ''})\n"
+    if tc.model_kwargs.get("num_mtp_layers"):
+        # the MTP decoder returns one prediction per head, which only MTPLoss takes (the stock
+        # chunked loss skips the lm_head, which mtp.py refuses); as deepseek_v3_debugmodel_mtp does
+        lines += ("    from torchtitan.models.common.config_utils import decoder_vocab_size\n"
+                  "    from torchtitan.models.deepseek_v3.mtp import MTPLoss\n"
+                  "    config.loss = MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))\n")
+    return lines
 
 
 def _checkpoint_line(job: EmitJob) -> str:

@@ -95,6 +95,11 @@ REFUSED = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,cp=2,cp_algo=ring", "bf16", "context parallel = Ulysses"),
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,vpp=2", "bf16", "pipeline schedule = 1F1B"),
     ("llama3-8b", "dgx-h100", 16, 4096, 60, "tp=1", "bf16", "train_batch_size == micro_batch * gradient_accumulation_steps * dp_world_size"),
+    # a PipelineModule counts DP as world / pp and deepspeed.initialize refuses an mpu with it
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,cp=2,cp_algo=ulysses", "bf16", "Ulysses sequence parallelism without pipeline"),
+    # AutoEP refuses the Ulysses mpu's model-parallel group (runtime/engine.py)
+    ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,cp=2,cp_algo=ulysses,ep=4,zero=3", "bf16", "Ulysses sequence parallelism without AutoEP"),
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,pp=2,order=tp-cp-ep-pp-dp", "bf16", "rank order pipe outermost"),
 ]
 
 

@@ -93,6 +93,10 @@ TITAN_REFUSED = [
     # ranks hold 8 + 8 and 6 + 10 = 16 layers each, but torchtitan's layers_per_stage would build
     # 8 / 8 / 8 / 8 virtual stages, not the plan's 8 / 6 / 8 / 10: refused per virtual stage
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,layout=Et*8|t*6|t*8|t*10L", "bf16", "stage split = layers_per_stage"),
+    # models/deepseek_v3/mtp.py: "MTP does not support context parallelism yet"
+    ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=1,pp=1,cp=2,ep=64,zero=3", "bf16", "MTP modules only without context parallelism"),
+    # distributed/parallel_dims.py builds the mesh ("pp", "dp_replicate", "dp_shard", "cp", "tp") whatever the plan says
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,order=tp-cp-ep-pp-dp", "bf16", "device mesh order pp, dp_replicate"),
 ]
 
 
@@ -147,6 +151,8 @@ def test_bridge_vpp_and_pipeline_dtype():
     ("llama3-8b", "dgx-h100", 24, 4096, 48, "tp=3", "num_attention_heads % TP == 0"),
     ("llama3-8b", "dgx-h100", 16, 4100, 16, "tp=1,cp=4", "model.seq_length % (2*CP) == 0"),
     ("llama3-8b", "dgx-h100", 16, 4096, 100, "tp=2", "GBS % (MBS * DP) == 0"),
+    # training/config.py: "use_tp_pp_dp_mapping is not supported with Megatron FSDP"
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,pp=2,zero=3,order=tp-cp-ep-pp-dp", "Megatron-FSDP with the default rank order"),
 ])
 def test_bridge_refuses_with_bridge_and_core_rules(model, cluster, gpus, seq, gbs, plan, rule):
     with pytest.raises(RuleViolation) as info:

@@ -61,6 +61,9 @@ OVERRIDES = {
 MIXED_PRECISION = 'bf16_with_fp8_delayed_scaling_mixed'
 GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
 TP_COMM_OVERLAP = True
+# Bridge's comm-overlap setup runs after the overrides and writes its own EP-overlap choice back
+# onto the model (comm_overlap.py: default False), so the plan's choice goes here too
+EP_COMM_OVERLAP = False
 
 
 def apply_overrides(cfg, overrides):
@@ -80,7 +83,7 @@ def autopar_config():
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
     cfg.mixed_precision = precision
-    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg
 
 

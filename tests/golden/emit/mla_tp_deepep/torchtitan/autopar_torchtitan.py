@@ -75,4 +75,7 @@ def autopar_plan():
         _set(config.checkpoint, {"interval": CHECKPOINT_INTERVAL})
     from torchtitan.models.deepseek_v3 import model_registry
     config.model_spec = model_registry('671B', converters=None, attn_backend='flex', moe_comm_backend='deepep', num_mtp_layers=1)
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+    from torchtitan.models.deepseek_v3.mtp import MTPLoss
+    config.loss = MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
     return config

@@ -53,6 +53,7 @@ MEGATRON_ARGS=(
   --num-attention-heads 128
   --normalization RMSNorm
   --norm-epsilon 1e-06
+  --qk-layernorm
   --swiglu
   --position-embedding-type rope
   --rotary-base 10000
