@@ -49,7 +49,8 @@ class InputError(AutoparError, ValueError):
     @classmethod
     def from_validation(cls, exc, prefix: str, value: object = None) -> "InputError":
         """The first error of a pydantic ValidationError, its location under `prefix`. A
-        missing key shows as `(missing)`; an error about a whole object (a cross-field rule)
+        missing key shows as `(missing)`; a cross-field rule that names its field first
+        ("moe_top_k=0 must be ...") is reported at that field; another error about a whole object
         shows `value` when given (e.g. the file's path), else the object's keys."""
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -79,11 +80,11 @@ class Shown:
         return self.text
 
 
-class Missing:
+class Missing(Shown):
     """Stands for a key the input lacks (shown as `(missing)`)."""
 
-    def __repr__(self) -> str:
-        return "(missing)"
+    def __init__(self):
+        super().__init__("(missing)")
 
 
 def _pydantic_rule(err: dict) -> str:

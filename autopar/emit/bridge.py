@@ -21,7 +21,7 @@ from autopar.emit.megatron import (
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
 from autopar.specs.model import RouterBalance
-from autopar.specs.plan import CpAlgo, Recompute
+from autopar.specs.plan import CpAlgo, RankOrder, Recompute
 from autopar.specs.training import Precision
 
 FRAMEWORK = "megatron-bridge"
@@ -184,7 +184,7 @@ def bridge_overrides(job: EmitJob) -> dict:
         "ddp.overlap_grad_reduce": True,
         "ddp.overlap_param_gather": plan.zero >= 1,
         "ddp.use_megatron_fsdp": plan.zero >= 2,
-        "dist.use_tp_pp_dp_mapping": plan.order.value == "tp-cp-ep-pp-dp",
+        "dist.use_tp_pp_dp_mapping": plan.order == RankOrder.tp_cp_ep_pp_dp,
     })
     dtypes = OPTIMIZER_DTYPES.get(t.optimizer_bytes_per_param)
     if dtypes is not None:  # check_bridge refuses the other sizes
@@ -239,7 +239,7 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     rules.check(job.model.hybrid_layer_pattern is None or job.plan.vpp == 1, "no virtual pipeline stages for hybrid models",
                 f"vpp={job.plan.vpp}: HybridModelProvider.provide asserts virtual_pipeline_model_parallel_size is None "
                 "(Megatron-LM's pretrain_hybrid.py runs it: --format megatron)", "megatron/bridge/models/hybrid/hybrid_provider.py provide")
-    rules.check(job.plan.zero < 2 or job.plan.order.value != "tp-cp-ep-pp-dp", "Megatron-FSDP with the default rank order",
+    rules.check(job.plan.zero < 2 or job.plan.order != RankOrder.tp_cp_ep_pp_dp, "Megatron-FSDP with the default rank order",
                 f"zero={job.plan.zero} with order={job.plan.order.value}: ConfigContainer asserts 'use_tp_pp_dp_mapping is not "
                 "supported with Megatron FSDP'", "megatron/bridge/training/config.py")
     bytes_ = job.training.optimizer_bytes_per_param
