@@ -100,6 +100,9 @@ def _model_overrides(job: EmitJob) -> dict:
               "model.num_attention_heads": m.num_attention_heads, "model.vocab_size": m.vocab_size})
     o["model.gated_linear_unit"] = m.gated_mlp
     o["model.share_embeddings_and_output_weights"] = m.tied_embeddings
+    o["model.layernorm_zero_centered_gamma"] = m.norm_zero_centered_gamma
+    if m.position_embedding == "rope" and m.mla is None:
+        o["model.rotary_percent"] = m.rotary_percent
     if m.mla is None:
         o["model.num_query_groups"] = m.kv_heads
         o["model.kv_channels"] = m.head_size

@@ -108,6 +108,8 @@ def model_flags(job: EmitJob) -> list[Group]:
             out.append(["--num-query-groups", str(m.kv_heads)])
     out.append(["--normalization", "RMSNorm" if m.normalization == Norm.rmsnorm else "LayerNorm"])
     out.append(["--norm-epsilon", f"{m.norm_eps:g}"])
+    if m.norm_zero_centered_gamma:  # TransformerConfig layernorm_zero_centered_gamma: x_normed * (1 + weight)
+        out.append(["--apply-layernorm-1p"])
     if m.qk_layernorm:  # with MLA it builds the q and kv latent norms (gpt_layer_specs: only when qk_layernorm is set)
         out.append(["--qk-layernorm"])
     if m.gated_mlp:
@@ -116,6 +118,8 @@ def model_flags(job: EmitJob) -> list[Group]:
         out.append(["--squared-relu"])
     if m.position_embedding == "rope":
         out.append(["--position-embedding-type", "rope"])
+        if m.rotary_percent < 1:  # RotaryEmbedding rotates int(kv_channels * rotary_percent) dims
+            out.append(["--rotary-percent", f"{m.rotary_percent:g}"])
         out += _rope_flags(m)
     elif m.position_embedding == "none":  # Megatron's default is learned_absolute
         out.append(["--position-embedding-type", "none"])

@@ -80,6 +80,10 @@ def _rope(cfg: dict[str, Any]) -> dict[str, Any]:
     theta = cfg.get("rope_theta") or params.get("rope_theta")
     scaling = cfg.get("rope_scaling") or ({k: v for k, v in params.items() if k != "rope_theta"} if params.get("rope_type") not in (None, "default") else None)
     out: dict[str, Any] = {"rope_theta": theta}
+    # partial RoPE: transformers' partial_rotary_factor (Qwen3-Next, GLM-4, Phi), GPT-NeoX's rotary_pct
+    partial = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or cfg.get("rotary_pct")
+    if partial is not None and "kv_lora_rank" not in cfg:
+        out["rotary_percent"] = partial
     if isinstance(scaling, dict) and scaling.get("factor"):
         keys = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
         out["rope_scaling"] = {"type": str(scaling.get("rope_type") or scaling.get("type") or "unknown"),
@@ -287,6 +291,8 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "normalization": "layernorm" if gpt2 else "rmsnorm",
         "norm_eps": cfg.get("rms_norm_eps") or cfg.get("layer_norm_eps") or cfg.get("norm_eps") or 1e-5,
         "qk_layernorm": "qwen3" in mtype or bool(cfg.get("use_qk_norm")) or "kv_lora_rank" in cfg,
+        # GemmaRMSNorm and Qwen3NextRMSNorm compute x_normed * (1 + weight) (transformers modeling files)
+        "norm_zero_centered_gamma": mtype.startswith("gemma") or "qwen3_next" in mtype,
         "qkv_bias": bool(cfg.get("attention_bias") or cfg.get("qkv_bias") or "qwen2" in mtype) or gpt2,
         "linear_bias": bool(cfg.get("mlp_bias")) or gpt2,
         "position_embedding": "learned_absolute" if gpt2 else "rope",

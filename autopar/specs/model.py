@@ -220,6 +220,11 @@ class ModelSpec(StrictModel):
     position_embedding: str = Field("rope", description="rope | learned_absolute | none (Nemotron-H's attention layers)")
     rope_theta: float | None = Field(None, gt=0, description="RoPE base frequency")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (Llama-3.1 llama3, DeepSeek yarn); null = none")
+    rotary_percent: float = Field(1.0, gt=0, le=1, description="Share of each query/key head's dims RoPE rotates, the rest pass "
+                                  "through (HF partial_rotary_factor: Qwen3-Next 0.25, GLM-4 0.5; Megatron --rotary-percent)")
+    norm_zero_centered_gamma: bool = Field(False, description="The norms scale by 1 + weight, the weight stored around zero (Gemma, "
+                                           "Qwen3-Next RMSNorm; Megatron --apply-layernorm-1p, TransformerConfig "
+                                           "layernorm_zero_centered_gamma)")
     mtp_num_layers: int = Field(0, ge=0, description="Multi-token prediction modules after the decoder (DeepSeek-V3: 1), each a "
                                 "transformer layer of the last layer's kind with its own output layer")
     attention_window: int | None = Field(None, gt=0, le=MAX_SEQ_LEN, description="Span of the local attention layers, tokens: a sliding "
@@ -288,6 +293,10 @@ class ModelSpec(StrictModel):
         outside = [i for i in self.linear_attention_layers if not 0 <= i < self.num_layers]
         if outside:
             raise ValueError(f"linear_attention_layers={outside} must be layer indices in 0..{self.num_layers - 1}")
+        rotary = self.head_size * self.rotary_percent
+        if self.rotary_percent < 1 and (self.mla is not None or rotary != int(rotary) or int(rotary) % 2):
+            raise ValueError(f"rotary_percent={self.rotary_percent:g}: must rotate an even whole number of a standard "
+                             f"attention head's {self.head_size} dims (RoPE turns dims in pairs; MLA has qk_rope_head_dim)")
         if self.hybrid_layer_pattern is not None:
             self._check_hybrid(self.hybrid_layer_pattern)
         elif self.mamba is not None:

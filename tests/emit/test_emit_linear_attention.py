@@ -23,7 +23,9 @@ def test_megatron_flags_and_rules():
     text = emit_megatron(job)[0].text
     for flag in ("--experimental-attention-variant gated_delta_net", "--linear-attention-freq 4", "--linear-num-key-heads 16",
                  "--linear-num-value-heads 32", "--linear-key-head-dim 128", "--linear-value-head-dim 128",
-                 "--linear-conv-kernel-dim 4", "--attention-output-gate"):
+                 "--linear-conv-kernel-dim 4", "--attention-output-gate",
+                 # 64 of 256 head dims rotated, RMSNorm x (1 + w): without them Megatron builds another model
+                 "--rotary-percent 0.25", "--apply-layernorm-1p"):
         assert flag in text
     # Megatron's own TP x CP head split, applied to arguments that break it
     argv = ["--tensor-model-parallel-size", "4", "--context-parallel-size", "8", "--num-attention-heads", "16",

@@ -188,3 +188,17 @@ def test_a_config_without_hidden_size_names_hidden_size(tmp_path):
     with pytest.raises(InputError) as err:
         load_model(str(_write(tmp_path, cfg, "no-hidden")))
     assert str(err.value).startswith("model.hidden_size=(missing): HuggingFace config of ")
+
+
+def test_partial_rotary_and_zero_centered_norms(tmp_path):
+    """Qwen3-Next rotates a quarter of each 256-dim head (partial_rotary_factor 0.25 in its
+    config.json: 64 dims) and its RMSNorm scales by 1 + weight (transformers Qwen3NextRMSNorm);
+    Gemma's norms do the same (GemmaRMSNorm). RoPE turns dims in pairs, so a factor that leaves an
+    odd or fractional rotated width is refused by name."""
+    m = load_model("profiles/models/qwen3-next-80b-a3b.json")
+    assert (m.rotary_percent, m.norm_zero_centered_gamma, m.head_size * m.rotary_percent) == (0.25, True, 64)
+    llama = load_model("llama3-8b")
+    assert (llama.rotary_percent, llama.norm_zero_centered_gamma) == (1.0, False)
+    cfg = json.loads(open("profiles/models/qwen3-next-80b-a3b.json").read())
+    with pytest.raises(InputError, match=r"^model.rotary_percent=0.3: must rotate an even whole number"):
+        load_model(str(_write(tmp_path, {**cfg, "partial_rotary_factor": 0.3}, "q3n-odd")))

@@ -40,6 +40,7 @@ OVERRIDES = {
     'model.vocab_size': 131072,
     'model.gated_linear_unit': False,
     'model.share_embeddings_and_output_weights': False,
+    'model.layernorm_zero_centered_gamma': False,
     'model.num_query_groups': 2,
     'model.kv_channels': 128,
     'model.mtp_num_layers': None,

@@ -38,6 +38,8 @@ OVERRIDES = {
     'model.vocab_size': 128256,
     'model.gated_linear_unit': True,
     'model.share_embeddings_and_output_weights': False,
+    'model.layernorm_zero_centered_gamma': False,
+    'model.rotary_percent': 1.0,
     'model.num_query_groups': 8,
     'model.kv_channels': 128,
     'model.mtp_num_layers': None,

@@ -40,6 +40,7 @@ OVERRIDES = {
     'model.vocab_size': 129280,
     'model.gated_linear_unit': True,
     'model.share_embeddings_and_output_weights': False,
+    'model.layernorm_zero_centered_gamma': False,
     'model.q_lora_rank': 1536,
     'model.kv_lora_rank': 512,
     'model.qk_head_dim': 128,
