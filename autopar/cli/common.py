@@ -127,9 +127,10 @@ def default_seq_len(model: ModelSpec) -> int:
     return min(model.max_position_embeddings, DEFAULT_MAX_SEQ_LEN)
 
 
-def default_global_batch(seq_len: int) -> int:
-    """The power of two sequences nearest below DEFAULT_BATCH_TOKENS (at least one sequence)."""
-    sequences = max(1, DEFAULT_BATCH_TOKENS // seq_len)
+def default_global_batch(seq_len: int, max_tokens: int | None = None) -> int:
+    """The power of two sequences nearest below DEFAULT_BATCH_TOKENS, or below `max_tokens`
+    (a critical batch size) when that is smaller (at least one sequence)."""
+    sequences = max(1, min(DEFAULT_BATCH_TOKENS, max_tokens or DEFAULT_BATCH_TOKENS) // seq_len)
     return 1 << (sequences.bit_length() - 1)
 
 
@@ -145,9 +146,10 @@ def resolve_stack(stack: str | None, framework: str | None) -> str:
 
 def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | None, global_batch_tokens: str | None,
                      precision: str, stack: str | None = None, framework: str | None = None, fp8_recipe: str | None = None,
-                     **extra: Any) -> TrainingSpec:
+                     max_batch_tokens: int | None = None, **extra: Any) -> TrainingSpec:
     """The training spec from the options; missing sequence length and batch default from the
-    model by the rule above; sane limits on every count; the stack from --stack or the framework."""
+    model by the rule above, the batch at most `max_batch_tokens` (--max-gbs-tokens); sane limits
+    on every count; the stack from --stack or the framework."""
     from autopar.specs import Precision, TrainingSpec
     from autopar.specs.training import Stack
 
@@ -165,8 +167,11 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
             raise InputError("global-batch-tokens", global_batch_tokens, f"must be a multiple of seq-len={seq_len}")
         global_batch = tokens // seq_len
     elif global_batch is None:
-        global_batch = default_global_batch(seq_len)
-        defaults.append(f"global batch {global_batch} sequences")
+        if max_batch_tokens is not None and max_batch_tokens < seq_len:
+            raise InputError("max-gbs-tokens", f"{max_batch_tokens:,}", f"is below one sequence of seq-len={seq_len:,} tokens")
+        global_batch = default_global_batch(seq_len, max_batch_tokens)
+        capped = max_batch_tokens is not None and max_batch_tokens < DEFAULT_BATCH_TOKENS
+        defaults.append(f"global batch {global_batch} sequences" + (" (under --max-gbs-tokens)" if capped else ""))
     if global_batch <= 0:
         raise InputError("global-batch", global_batch, "must be a positive integer")
     if global_batch * seq_len > MAX_TOKENS_PER_STEP:

@@ -172,7 +172,8 @@ def _progress(as_json: bool):
               help="How many distinct plans to rank (equal-cost variants fold under their row)")
 @click.option("--solver", type=click.Choice(["auto", "cpsat", "exhaustive"]), default="auto", show_default=True)
 @click.option("--fix", "fix_text", default=None, help="Pin dimensions, e.g. tp=8,pp=16")
-@click.option("--max-gbs-tokens", default=None, help="Reject a global batch above this many tokens (critical batch size)")
+@click.option("--max-gbs-tokens", default=None, help="Critical batch size: reject a given global batch above this many tokens; "
+              "without a batch, the default batch stays under it")
 @click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain")
 @click.option("--stage-layouts", is_flag=True, help="Also search the first/last pipeline stages' layer counts")
 @click.option("--reference", "references", multiple=True, help="Also cost this plan and show its rank and gap (repeatable)")
@@ -210,7 +211,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     critical = parse_count(max_gbs_tokens, "max-gbs-tokens", binary=True) if max_gbs_tokens else None
     framework = resolve_framework(framework, emit_format)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, framework, fp8_recipe,
-                                flash_attention=not no_flash, moe_routing=moe_routing)
+                                flash_attention=not no_flash, moe_routing=moe_routing, max_batch_tokens=critical)
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")

@@ -64,6 +64,15 @@ def test_same_command_same_ranking():
         assert plans_a == plans_b and len(plans_a) == 5
 
 
+def test_default_batch_stays_under_the_critical_batch():
+    """Without a batch the default is 4M tokens (512 x 8,192); a 1M critical batch makes it the
+    largest power of two sequences under 1,048,576 tokens: 128. A given batch above it is refused."""
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "8192", "--max-gbs-tokens", "1M",
+             "--fix", "tp=1,pp=1,cp=1", "--top", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["inputs"]["training"]["global_batch_size"] == 128
+
+
 def test_fix_pins_dimensions():
     r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "8192", "--global-batch", "64",
              "--fix", "tp=2,pp=2,recompute=full", "--json"])
@@ -82,6 +91,8 @@ def test_fix_pins_dimensions():
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--fix", "warp=2"], "fix='warp'"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch-tokens", "16M", "--max-gbs-tokens", "4M"], "critical batch"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--top", "0"], "top=0"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--max-gbs-tokens", "4k"],
+         "max-gbs-tokens='4,096': is below one sequence of seq-len=8,192"),
         # GPT-2's learned position table has 1,024 rows (HF n_positions): Megatron's launcher refuses
         # seq_length 2048 for every plan, so the search says so at once instead of ranking 20,000 plans
         (["--model", "gpt2-xl", "--cluster", "dgx-h100", "--seq-len", "2048", "--global-batch", "8", "--framework", "megatron"],
