@@ -98,6 +98,9 @@ def training_options(f: Callable) -> Callable:
     f = click.option("--fp8-recipe", type=click.Choice(["tensorwise", "rowwise"]), default=None,
                      help="FP8 scaling with --precision fp8: tensorwise (Transformer Engine) or rowwise (torchao). "
                           "Default: the stack's (rowwise for torchtitan, tensorwise otherwise)")(f)
+    f = click.option("--fp8-param-gather", is_flag=True, default=False,
+                     help="With --precision fp8: ZeRO / FSDP gather weights in FP8, 1 byte each (Megatron-LM --fp8-param-gather, "
+                          "on in Megatron-Bridge's FP8 recipes; torchao enable_fsdp_float8_all_gather)")(f)
     f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
     f = click.option("--global-batch-tokens", default=None,
                      help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch. "
@@ -182,6 +185,8 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
         note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
     if fp8_recipe is not None and precision != "fp8":
         raise InputError("fp8-recipe", fp8_recipe, f"scales FP8 GEMMs; give --precision fp8 (is {precision})")
+    if extra.get("fp8_param_gather") and precision != "fp8":
+        raise InputError("fp8-param-gather", True, f"gathers FP8 weights; give --precision fp8 (is {precision})")
     runs = {"torchtitan": "rowwise", "megatron": "tensorwise", "megatron-bridge": "tensorwise"}.get(framework or "")
     if fp8_recipe is not None and runs is not None and fp8_recipe != runs:
         raise InputError("fp8-recipe", fp8_recipe, f"the {framework} launcher runs {runs} FP8 scaling "

@@ -15,7 +15,7 @@ from autopar.cli.common import check_stage_layout, dump_json, flush_notes, model
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
-             moe_routing, plan_text, no_flash, as_json):
+             moe_routing, fp8_param_gather, plan_text, no_flash, as_json):
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
     from autopar.report import estimate_table
@@ -24,7 +24,8 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
-                                flash_attention=not no_flash, moe_routing=moe_routing)
+                                flash_attention=not no_flash, moe_routing=moe_routing,
+                                fp8_param_gather=fp8_param_gather)
     plan = check_stage_layout(parse_plan(plan_text), model)
     result = cost_estimate(model, cluster, training, plan, params_for_cluster(cluster))
     flush_notes()

@@ -403,7 +403,7 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, modules, n_layers
                 continue
             rep_params = params_of(reps.tab)
             n_ag, n_rs = _zero3_messages(b, rep_params, kind_modules)
-            ag = (n_ag * reps.collective(Collective.all_gather, rep_params * tr.weight_bytes_per_param / n_ag, reps.group(name)))[config_of]
+            ag = (n_ag * reps.collective(Collective.all_gather, rep_params * tr.gather_bytes_per_param / n_ag, reps.group(name)))[config_of]
             rs = (n_rs * reps.collective(Collective.reduce_scatter, rep_params * tr.grad_reduce_bytes_per_param / n_rs,
                                          reps.group(name)))[config_of]
             ag_total = ag_total + counts[j][None, :] * ag[:, None]
@@ -424,8 +424,9 @@ def _fsdp_exposed(b: Batch, counts, dense_layer, routed_layer, modules, n_layers
     # (torch _fsdp_collectives.py: split_with_sizes_copy, _chunk_cat)
     fsdp2 = 1.0 if b.stack.fsdp == "fsdp2" else 0.0
     gathers = np.where(per_mb_sync, 1.0 + np.where(reshard, 1.0, 0.0), 0.0)
-    copy_bytes = fsdp2 * copies * (gathers * prm.memory.fsdp2_copy_out_bytes_per_element
-                                                           + np.where(per_mb_sync, prm.memory.fsdp2_reduce_copy_in_bytes_per_element, 0.0))
+    # (bf16 read + write per element; an FP8 gather copies out 1-byte elements)
+    copy_out = prm.memory.fsdp2_copy_out_bytes_per_element * tr.gather_bytes_per_param / tr.weight_bytes_per_param
+    copy_bytes = fsdp2 * copies * (gathers * copy_out + np.where(per_mb_sync, prm.memory.fsdp2_reduce_copy_in_bytes_per_element, 0.0))
     on = (t.zero == 3)[:, None]
     return np.where(on, per_microbatch, 0.0), np.where(on, per_step, 0.0), np.where(on, b.hbm_seconds(copy_bytes), 0.0)
 
@@ -461,7 +462,7 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
         rep_count = count[first]  # a group configuration fixes tp, ep, etp: the same counts
         ar, rs, ag = (reps.collective(op, rep_count * nbytes, group)[config_of] for op, nbytes in (
             (Collective.all_reduce, tr.grad_reduce_bytes_per_param), (Collective.reduce_scatter, tr.grad_reduce_bytes_per_param),
-            (Collective.all_gather, tr.weight_bytes_per_param)))
+            (Collective.all_gather, tr.gather_bytes_per_param)))
         sharded = overlapped_seconds(rs, ov * bwd, *sms) + overlapped_seconds(ag, ov * fwd, *sms)
         total = total + np.where(t.zero[:, None] == 0, overlapped_seconds(ar, ov * bwd, *sms), sharded)
     off = (t.zero == 3) | (t.dp * t.cp == 1) | tr.frozen_weights
@@ -523,7 +524,8 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, shar
         gathered = np.where(col(t.reshard) == 1, 2 * layer_w, (dense + routed) - out["weights"] / tr.weight_bytes_per_param)
     else:
         gathered = np.minimum(float(b.stack.zero3_live_elements), dense + routed)
-    out["working_buffers"] = working + np.where(zero == 3, tr.weight_bytes_per_param * gathered, 0.0)
+    # (FP8 parameter gathering: the gathered copy is the 1-byte cast the GEMMs read)
+    out["working_buffers"] = working + np.where(zero == 3, tr.gather_bytes_per_param * gathered, 0.0)
     allocated = sum(out.values())
     fixed = allocated - out["activations"]
     out["fragmentation"] = allocated * mem.fragmentation

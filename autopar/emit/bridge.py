@@ -14,7 +14,7 @@ rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as 
 from __future__ import annotations
 
 from autopar.emit.common import (
-    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block,
+    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block,
 )
 from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
@@ -284,6 +284,8 @@ OVERRIDES = {{
 }}
 MIXED_PRECISION = {precision_name(job)!r}
 GRAD_REDUCE_IN_FP32 = {job.training.grad_reduce_bytes_per_param >= 4!r}  # the precision recipe's own default would win otherwise
+# every FP8 recipe gathers weights in FP8 (mixed_precision.py fp8_param_gather=True); the plan's choice wins
+FP8_PARAM_GATHER = {fp8_param_gather(job)!r}
 TP_COMM_OVERLAP = {job.plan.tp > 1 and job.plan.tp_comm_overlap!r}
 # Bridge's comm-overlap setup runs after the overrides and writes its own EP-overlap choice back
 # onto the model (comm_overlap.py: default False), so the plan's choice goes here too
@@ -306,6 +308,7 @@ def autopar_config():
     cfg = apply_overrides({fn}(), OVERRIDES)
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
+    precision.fp8_param_gather = FP8_PARAM_GATHER
     cfg.mixed_precision = precision
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg

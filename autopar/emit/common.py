@@ -202,6 +202,7 @@ def training_key(training: TrainingSpec) -> dict:
         "global_batch_size": training.global_batch_size,
         "precision": training.precision,
         "grad_reduce_bytes_per_param": training.grad_reduce_bytes_per_param,
+        "fp8_param_gather": training.fp8_param_gather,
     }
 
 
@@ -231,3 +232,10 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
   echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
   exit 1
 fi"""
+
+
+def fp8_param_gather(job: EmitJob) -> bool:
+    """Whether the launcher gathers weights in FP8: the training spec asks for it and the plan
+    shards them (Megatron-LM refuses --fp8-param-gather without the distributed optimizer or FSDP;
+    without sharding nothing is gathered, so the cost is the same)."""
+    return job.training.fp8_param_gather and job.plan.zero >= 1

@@ -17,7 +17,7 @@ import shlex
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
-    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block, uneven_first_last,
+    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import max_position_embeddings, mla_flags, model_flags, moe_flags
 from autopar.emit.megatron_rules import validate_megatron
@@ -148,6 +148,8 @@ def precision_flags(job: EmitJob) -> list[Group]:
                     ["--fp8-amax-history-len", "1024"], ["--fp8-amax-compute-algo", "max"]]
     elif t.precision == Precision.fp4:
         out += [["--fp4-format", "e2m1"], ["--fp4-recipe", "nvfp4"]]
+    if fp8_param_gather(job):
+        out.append(["--fp8-param-gather"])
     # Gradient reduction dtype: bf16 runs reduce in fp32 unless --grad-reduce-in-bf16 (1.4 Precision);
     # fp16 runs reduce in fp16 unless --accumulate-allreduce-grads-in-fp32.
     if t.precision == Precision.fp16:

@@ -179,7 +179,8 @@ def plan_from_megatron(ns: argparse.Namespace, world_size: int) -> Plan:
 
 
 def training_from_megatron(ns: argparse.Namespace) -> TrainingSpec:
-    """seq_len, global batch, precision and gradient-reduction bytes (the rest keep defaults)."""
+    """seq_len, global batch, precision, gradient-reduction bytes and FP8 parameter gathering (the
+    rest keep defaults)."""
     if ns.fp4:
         precision = Precision.fp4
     elif ns.fp8:
@@ -194,6 +195,7 @@ def training_from_megatron(ns: argparse.Namespace) -> TrainingSpec:
         seq_len=ns.seq_length, global_batch_size=ns.global_batch_size, precision=precision,
         grad_reduce_bytes_per_param=reduce_bytes, grad_bytes_per_param=reduce_bytes,
         flash_attention=ns.attention_backend != "unfused",
+        fp8_param_gather=bool(ns.fp8_param_gather) and precision == Precision.fp8,
     )
 
 

@@ -98,6 +98,9 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(t.precision != Precision.fp8 or titan_fp8_recipe(t) == Fp8Recipe.rowwise, "Float8 recipe_name in {rowwise, rowwise_with_gw_hp}",
                 f"fp8_recipe={titan_fp8_recipe(t).value}: torchtitan 0.3.0's Float8LinearConverter runs torchao's rowwise recipes only "
                 "(recipe_name rowwise | rowwise_with_gw_hp); cost the plan with --fp8-recipe rowwise", "F8")
+    rules.check(not t.fp8_param_gather, "FP8 all-gather only with tensorwise scaling",
+                "fp8_param_gather=True: torchao gathers FP8 weights (enable_fsdp_float8_all_gather) for tensorwise scaling only, "
+                "and torchtitan 0.3.0 runs the rowwise recipes; cost the plan without --fp8-param-gather", "F8")
     rules.check(plan.cp == 1 or plan.cp_algo == CpAlgo.ring, "context parallel is ring attention",
                 f"cp_algo={plan.cp_algo.value}: torchtitan's ParallelismConfig has no Ulysses all-to-all", "TT")
     schedule = plan.pipeline_schedule

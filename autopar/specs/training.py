@@ -80,6 +80,11 @@ class TrainingSpec(StrictModel):
     fp8_recipe: Fp8Recipe | None = Field(None, description="FP8 scaling: tensorwise | rowwise (torchao); null = the stack's "
                                          "(profiles/stacks: rowwise for torchtitan, tensorwise otherwise)")
     weight_bytes_per_param: float = Field(2.0, gt=0, description="Model weights as trained (bf16 = 2 bytes)")
+    fp8_param_gather: bool = Field(
+        False,
+        description="ZeRO / FSDP all-gather the FP8 linear layers' weights cast to FP8, 1 byte each, and keep the gathered copy in FP8 "
+        "(Megatron-LM --fp8-param-gather, on in every Megatron-Bridge FP8 recipe; torchao Float8Linear "
+        "enable_fsdp_float8_all_gather, tensorwise scaling only)")
     grad_bytes_per_param: float = Field(
         2.0, gt=0,
         description="Gradient buffer per parameter: 2 (bf16, the seed's 16-byte convention) or 4 (Megatron fp32 main grads, 18 bytes)",
@@ -127,6 +132,8 @@ class TrainingSpec(StrictModel):
     def _check(self) -> "TrainingSpec":
         if self.fp8_recipe not in (None, Fp8Recipe.tensorwise) and self.precision != Precision.fp8:
             raise ValueError(f"fp8_recipe={self.fp8_recipe.value} needs precision fp8 (precision is {self.precision.value})")
+        if self.fp8_param_gather and self.precision != Precision.fp8:
+            raise ValueError(f"fp8_param_gather=True gathers FP8 weights: needs precision fp8 (precision is {self.precision.value})")
         if self.critical_batch_tokens is not None and self.tokens_per_step > self.critical_batch_tokens:
             raise ValueError(
                 f"global batch {self.tokens_per_step:.0f} tokens exceeds critical_batch_tokens={self.critical_batch_tokens:.0f}"
@@ -141,8 +148,18 @@ class TrainingSpec(StrictModel):
 
     @property
     def precision_label(self) -> str:
-        """'bf16', or 'fp8 rowwise' / 'fp8 tensorwise' with the FP8 recipe that runs."""
-        return f"fp8 {self.fp8_scaling.value}" if self.precision == Precision.fp8 else self.precision.value
+        """'bf16', or 'fp8 rowwise' / 'fp8 tensorwise' with the FP8 recipe that runs (and ', fp8 param
+        gather' when the weights are gathered in FP8)."""
+        if self.precision != Precision.fp8:
+            return self.precision.value
+        return f"fp8 {self.fp8_scaling.value}" + (", fp8 param gather" if self.fp8_param_gather else "")
+
+    @property
+    def gather_bytes_per_param(self) -> float:
+        """Bytes per parameter a ZeRO / FSDP parameter all-gather moves and its gathered copy
+        holds: 1 with FP8 parameter gathering (the linear weights dominate; norms are a rounding
+        error), else the weights' own bytes."""
+        return 1.0 if self.fp8_param_gather else self.weight_bytes_per_param
 
     @property
     def tokens_per_step(self) -> int:

@@ -92,6 +92,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   in Megatron; async TP in torchtitan when the row says so
 - FP8 recipe: rowwise when the precision says so (torchao), else tensorwise (the rows predate
   torchtitan's rowwise-only converter)
+- FP8 parameter gathering: when the precision, variant or notes say 'float8 all-gather' (torchao's
+  enable_fsdp_float8_all_gather) or 'fp8-param-gather' (Megatron-LM); off otherwise
 - torchtitan per-op SAC: keeps cuDNN attention's output unless the software version's latest date
   is before 2025-12 (torchtitan PR #2095 added cuDNN to the save list; Blackwell runs cuDNN first)
 - MoE routing: forced balanced when the row says so, in consecutive expert blocks when it names
@@ -570,6 +572,11 @@ PRECISION_IN_TEXT = (
 )
 
 
+# a row saying its weights were all-gathered in FP8: torchao 'FSDP float8 all-gather' / 'f8 all-gather',
+# Megatron-LM '--fp8-param-gather'
+FP8_PARAM_GATHER_STATED = re.compile(r"\b(float8|f8|fp8)[ _-]all[ _-]?gather|fp8[_-]param[_-]gather", re.I)
+
+
 def _precision_in_text(text: Any) -> str | None:
     return next((name for pattern, name in PRECISION_IN_TEXT if pattern.search(str(text or ""))), None)
 
@@ -588,6 +595,7 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     }
     if precision == "fp8":  # torchao's default was tensorwise until torchtitan dropped it (stack default rowwise)
         fields["fp8_recipe"] = Fp8Recipe.rowwise if "rowwise" in _text(row, "precision") else Fp8Recipe.tensorwise
+        fields["fp8_param_gather"] = bool(FP8_PARAM_GATHER_STATED.search(_text(row, "precision", "variant", "notes")))
     if row.get("moe_num_experts"):
         fields.update(_moe_training(row))
     date = software_date(row)

@@ -91,6 +91,8 @@ def test_fix_pins_dimensions():
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--fix", "warp=2"], "fix='warp'"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--global-batch-tokens", "16M", "--max-gbs-tokens", "4M"], "critical batch"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--top", "0"], "top=0"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--fp8-param-gather"],
+         "fp8-param-gather=True: gathers FP8 weights; give --precision fp8 (is bf16)"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--max-gbs-tokens", "4k"],
          "max-gbs-tokens='4,096': is below one sequence of seq-len=8,192"),
         # GPT-2's learned position table has 1,024 rows (HF n_positions): Megatron's launcher refuses

@@ -37,6 +37,7 @@ ROUND_TRIPS = {
 TRAINING_VARIANTS = {
     "fp8_hopper": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
     "fp8_blackwell": ("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1", "fp8"),
+    "fp8_param_gather": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8"),
     "fp16": ("gpt3-175b", "dgx-h100", 64, 2048, 64, "tp=8,pp=8,zero=1", "fp16"),
 }
 
@@ -65,7 +66,8 @@ def test_round_trip_plan_and_training(case):
 @pytest.mark.parametrize("case", sorted(TRAINING_VARIANTS))
 def test_round_trip_precision(case):
     model, cluster, gpus, seq, gbs, plan, precision = TRAINING_VARIANTS[case]
-    job = make_job(model, cluster, gpus, seq, gbs, plan, precision, grad_reduce_bytes_per_param=4.0, grad_bytes_per_param=4.0)
+    job = make_job(model, cluster, gpus, seq, gbs, plan, precision, grad_reduce_bytes_per_param=4.0, grad_bytes_per_param=4.0,
+                   fp8_param_gather=case == "fp8_param_gather")
     parsed_plan, training = parse_megatron_script(script_of(job))
     assert training_key(training) == training_key(job.training)
     assert canonical_plan(parsed_plan, job.model, gpus) == canonical_plan(job.plan, job.model, gpus)
@@ -330,3 +332,23 @@ def test_hybrid_mtp_after_an_empty_last_stage(tmp_path):
     assert pattern.endswith("MEMEMEME|/E") and pattern.count("|") == 2
     plan, _ = parse_megatron_script(script_of(job))  # emits without a refusal and reads back as planned
     assert canonical_plan(plan, job.model, job.num_gpus) == canonical_plan(job.plan, job.model, job.num_gpus)
+
+
+def test_fp8_param_gather_reaches_every_launcher_or_is_refused():
+    """The plan costed with FP8 weight gathers is launched with them: Megatron-LM --fp8-param-gather
+    (only with sharded weights: its validate_args refuses it without the distributed optimizer or
+    FSDP, and unsharded nothing is gathered), Bridge's mixed-precision fp8_param_gather (its FP8
+    recipes turn it on, so a plan costed without it says False); torchtitan 0.3.0 runs torchao's
+    rowwise recipes, which do not gather in FP8."""
+    from autopar.emit.bridge import emit_bridge
+    from autopar.emit.torchtitan import emit_torchtitan
+
+    on = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "fp8", fp8_param_gather=True)
+    assert "--fp8-param-gather" in script_of(on)
+    assert "--fp8-param-gather" not in script_of(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=0", "fp8",
+                                                          fp8_param_gather=True))
+    bridge = next(a.text for a in emit_bridge(on) if a.name.endswith(".py"))
+    assert "FP8_PARAM_GATHER = True" in bridge and "precision.fp8_param_gather = FP8_PARAM_GATHER" in bridge
+    with pytest.raises(RuleViolation, match="FP8 all-gather only with tensorwise scaling"):
+        emit_torchtitan(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=3", "fp8", fp8_param_gather=True,
+                                 fp8_recipe="rowwise", stack="torchtitan"))

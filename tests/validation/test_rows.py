@@ -431,3 +431,15 @@ def test_pytorch_fsdp_sharding_strategies(written, shard, reshard):
     # replicates across; SHARD_GRAD_OP keeps the gathered weights from forward to backward
     fields = row_inputs({**BASE, "fsdp": written}).plan_fields
     assert fields["zero"] == 3 and fields.get("zero_shard_size") == shard and fields.get("reshard") == reshard
+
+
+@pytest.mark.parametrize("precision, notes, gathered", [
+    ("float8 (torchao Float8Linear, tensorwise dynamic, FSDP float8 all-gather) + bf16", "", True),  # torchtitan 405B rows
+    ("float8 tensorwise (f8 all-gather) + torch.compile", "", True),                                 # torchao B200 table
+    ("fp8 (blockwise FP8 recipe)", "PR=fp8 (blockwise FP8, e4m3, fp8-param-gather)", True),          # ModelZoo Mixtral notes
+    ("float8 (torchao Float8Linear) + bf16 + torch.compile", "", False),                               # not stated: bf16 gathers
+    ("bf16", "all-gather overlapped", False),
+])
+def test_fp8_weight_gathers_as_the_row_states(precision, notes, gathered):
+    training = row_inputs({**BASE, "precision": precision, "notes": notes, "fsdp": 1}).training
+    assert training.fp8_param_gather is gathered

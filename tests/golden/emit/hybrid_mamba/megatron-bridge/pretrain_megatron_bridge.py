@@ -69,6 +69,8 @@ OVERRIDES = {
 }
 MIXED_PRECISION = 'bf16_mixed'
 GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
+# every FP8 recipe gathers weights in FP8 (mixed_precision.py fp8_param_gather=True); the plan's choice wins
+FP8_PARAM_GATHER = False
 TP_COMM_OVERLAP = True
 # Bridge's comm-overlap setup runs after the overrides and writes its own EP-overlap choice back
 # onto the model (comm_overlap.py: default False), so the plan's choice goes here too
@@ -91,6 +93,7 @@ def autopar_config():
     cfg = apply_overrides(nemotronh_8b_pretrain_config(), OVERRIDES)
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
+    precision.fp8_param_gather = FP8_PARAM_GATHER
     cfg.mixed_precision = precision
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg
