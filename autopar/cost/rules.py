@@ -19,6 +19,29 @@ from autopar.specs.training import TrainingSpec
 from autopar.errors import InputError
 
 ULYSSES = CP_ALGO.index(CpAlgo.ulysses)
+HYBRID = CP_ALGO.index(CpAlgo.hybrid)
+
+
+def ulysses_degree(c: ClusterSpec, t: PlanTable) -> np.ndarray:
+    """Ranks each plan's CP AllToAll spans: cp for Ulysses; for hybrid the largest divisor of cp
+    whose tp x a2a ranks fit in a node (Megatron hierarchical_context_parallel_sizes, as
+    autopar.emit.megatron.hierarchical_cp_sizes writes it); 1 for ring."""
+    a2a = np.ones(len(t), dtype=np.int64)
+    for d in range(2, int(np.max(t.cp, initial=1)) + 1):
+        fits = (t.cp % d == 0) & (t.tp * d <= np.maximum(c.gpus_per_node, t.tp))
+        a2a = np.where(fits, d, a2a)
+    return np.where(t.cp_algo == ULYSSES, t.cp, np.where(t.cp_algo == HYBRID, a2a, 1))
+
+
+def _ulysses_heads_broken(m: ModelSpec, c: ClusterSpec, t: PlanTable) -> np.ndarray:
+    """The AllToAll trades sequence shards for head shards of the heads this TP rank holds: its
+    query heads (heads / tp) and its KV heads (kv / tp, one replicated head when tp > kv) must
+    split evenly over the a2a ranks (Transformer Engine's a2a CP asserts it on the K heads:
+    'number of attention heads needs to be divisible by CP size')."""
+    a2a = ulysses_degree(c, t)
+    q = m.num_attention_heads // t.tp
+    kv = np.maximum(m.kv_heads // t.tp, 1)
+    return (a2a > 1) & ((q % a2a != 0) | (kv % a2a != 0))
 INTERLEAVED = SCHEDULE.index(Schedule.interleaved)
 ZERO_BUBBLE = SCHEDULE.index(Schedule.zero_bubble)
 DUALPIPEV = SCHEDULE.index(Schedule.dualpipev)
@@ -83,8 +106,9 @@ RULES: list[Rule] = [
          lambda m, tr, r: f"must divide ffn_hidden_size={m.ffn_hidden_size}"),
     Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (tr.seq_len % (2 * t.cp) != 0),
          lambda m, tr, r: f"seq_len={tr.seq_len} must divide by 2*cp (causal load balance)"),
-    Rule("plan.cp", "cp", lambda m, c, tr, t: (t.cp > 1) & (t.cp_algo == ULYSSES) & ((m.num_attention_heads % t.cp != 0) | (t.cp > m.kv_heads)),
-         lambda m, tr, r: f"ulysses needs num_attention_heads={m.num_attention_heads} % cp == 0 and cp <= num_kv_heads={m.kv_heads}"),
+    Rule("plan.cp", "cp", lambda m, c, tr, t: _ulysses_heads_broken(m, c, t),
+         lambda m, tr, r: f"{CP_ALGO[r['cp_algo']].value} CP splits each TP rank's heads (num_attention_heads={m.num_attention_heads}, "
+                          f"num_kv_heads={m.kv_heads} over tp={r['tp']}) across its all-to-all ranks, which must divide both"),
     Rule("plan.sp", "sp", lambda m, c, tr, t: (t.sp == 1) & ((tr.seq_len // t.cp) % t.tp != 0),
          lambda m, tr, r: f"seq_len/cp={tr.seq_len // r['cp']} must divide by tp={r['tp']}"),
     Rule("plan.ep", "ep", lambda m, c, tr, t: (not m.is_moe) & ((t.ep > 1) | (t.etp != t.tp)),

@@ -63,11 +63,27 @@ def test_product_must_match_gpus():
         ("tp=1,ep=2", 4096, 64, "needs a MoE model"),
         ("tp=2,pp=2,vpp=2", 4096, 6, "micro-batches"),
         ("tp=1,mbs=3", 4096, 64, "must divide by dp"),
+        # Llama-3 8B has 32 query and 8 KV heads: tp 8 leaves one KV head per rank, which an
+        # all-to-all over cp 2 cannot split (Transformer Engine's a2a CP asserts it); tp 2 leaves 4,
+        # not divisible by cp 8; hybrid on 8-GPU nodes with tp 4 runs its a2a over 2 ranks only
+        ("tp=8,cp=2,cp_algo=ulysses", 4096, 64, "ulysses CP splits each TP rank's heads .* num_kv_heads=8 over tp=8"),
+        ("tp=2,cp=8,cp_algo=ulysses", 4096, 64, "ulysses CP splits each TP rank's heads"),
     ],
 )
 def test_structural_rules(plan, seq, batch, message):
     cluster = load_cluster("dgx-h100")
     if plan == "tp=3":
         cluster = cluster.with_gpus(3)
+    if "ulysses" in plan:  # tp x cp = 16: two nodes
+        cluster = cluster.with_gpus(16)
     broken = plan_violations(load_model("llama3-8b"), cluster, TrainingSpec(seq_len=seq, global_batch_size=batch), parse_plan(plan))
     assert any(__import__("re").search(message, rule) for _, _, rule in broken), broken
+
+
+def test_hybrid_cp_splits_heads_only_over_its_node_part():
+    # tp 4 x cp 4 hybrid on 8-GPU nodes: a2a over 2 ranks (4 x 2 fill a node), ring over 2:
+    # 8 / 4 = 2 KV heads per rank split over 2 -- buildable; plain Ulysses over 4 is not
+    cluster, training = load_cluster("dgx-h100").with_gpus(16), TrainingSpec(seq_len=4096, global_batch_size=64)
+    model = load_model("llama3-8b")
+    assert plan_violations(model, cluster, training, parse_plan("tp=4,cp=4,cp_algo=hybrid")) == []
+    assert plan_violations(model, cluster, training, parse_plan("tp=4,cp=4,cp_algo=ulysses"))
