@@ -47,6 +47,11 @@ def resolve_gpu(samples: list[GemmSample], override: str | None) -> GpuSpec | No
         return None
 
 
+# measured rate allowed above the profile's dense peak before a row is refused: timer and clock
+# jitter of a few percent, never a physical excess (the peak is at the boost clock)
+PEAK_TOLERANCE = 1.05
+
+
 def _peaks(samples: list[GemmSample], gpu: GpuSpec | None) -> dict[str, float]:
     """Dense peak per dtype; without a GPU profile (CPU runs) the best measured throughput."""
     out = {}
@@ -57,6 +62,11 @@ def _peaks(samples: list[GemmSample], gpu: GpuSpec | None) -> dict[str, float]:
             raise InputError("dtype", dtype, f"{gpu.name} has no {dtype} peak in its profile")
         else:
             out[dtype] = max(s.flops / s.seconds for s in samples if s.dtype == dtype)
+    for s in samples:  # a GPU cannot beat its own peak: a unit slip in the seconds or the FLOPs
+        rate = s.flops / s.seconds
+        if rate > out[s.dtype] * PEAK_TOLERANCE:
+            raise InputError(s.source, f"{rate / 1e12:,.1f} TFLOP/s",
+                             f"exceeds {gpu.name}'s {s.dtype} peak of {out[s.dtype] / 1e12:,.1f} TFLOP/s (seconds or FLOPs in the wrong unit?)")
     return out
 
 
@@ -112,7 +122,9 @@ def fit_gemm(samples: list[GemmSample], gpu_name: str | None = None, sources: li
 
     x0 = np.array([np.log(0.8)] * len(dtypes) + [np.log(1e10)])
     lo = [np.log(0.05)] * len(dtypes) + [np.log(1e6)]
-    hi = [np.log(1.2)] * len(dtypes) + [np.log(1e14)]
+    # at most the profile's peak; relative to the best measured (no profile) a little above it,
+    # since the saturation term keeps even the best sample below E
+    hi = [np.log(1.0 if gpu else 1.2)] * len(dtypes) + [np.log(1e14)]
     res = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     eff, half = unpack(res.x)
     err_fit = np.abs(_errors(fit_set, peaks, eff, half, unaligned))

@@ -91,3 +91,13 @@ def test_cpu_benchmark_run(tmp_path):
     fit, _ = fit_gemm(samples)
     assert fit.gpu is None and fit.architecture is None  # no GPU profile: not applied to the cost model
     assert load_cost_params().gemm == with_calibration(load_cost_params(), CalibrationProfile(name="cpu", gemm=fit)).gemm
+
+
+def test_a_sample_above_the_peak_is_refused(tmp_path):
+    """An H100 bf16 GEMM of 4096^3 (2 x 4096^3 = 137.4 GFLOP) in 1 ns would run at 137,438,953.5
+    TFLOP/s, 139,000x the 989.4 TFLOP/s dense peak: a unit slip (ns for s), refused by row instead
+    of fitting the efficiency at its bound."""
+    path = tmp_path / "fast.csv"
+    path.write_text("gpu,dtype,m,n,k,batch,seconds\nH100,bf16,4096,4096,4096,1,1e-9\n")
+    with pytest.raises(InputError, match=r"137,438,953.5 TFLOP/s.*exceeds H100's bf16 peak of 989.\d TFLOP/s"):
+        fit_gemm(read_csv(path))
