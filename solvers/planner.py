@@ -153,6 +153,8 @@ def run_plan(req: PlanRequest) -> PlanReport:
     if not (req.tokens > 0 and math.isfinite(req.tokens)):
         raise InputError("tokens", req.tokens, "must be a positive, finite number of tokens")
     cap, source = critical_batch(req)
+    if cap > req.tokens:  # a batch cannot exceed the run: the whole budget is one step at most
+        cap, source = req.tokens, f"{source}, capped at the run's {req.tokens:,.0f} tokens"
     batches = sorted(set(req.batch_tokens), reverse=True) if req.batch_tokens else batch_grid(cap, req.seq_len, req.batches_per_count)
     for b in batches:
         if b % req.seq_len:

@@ -209,6 +209,8 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--batch0", default=None, help="Batch (tokens) at which --lr0 was tuned")
 @click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True, help="Picks the LR scaling rule")
 @click.option("--fix", "fix_text", default=None, help="Pin layout dimensions in every search, e.g. recompute=full")
+@click.option("--extrapolate-fabric", is_flag=True,
+              help="Allow GPU counts beyond the cluster file's fabric, assuming its top tier repeats")
 @click.option("--full-space", is_flag=True, help="Also vary the rank order and the CP algorithm (pinned to Megatron's defaults otherwise)")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes searching GPU counts in parallel")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
@@ -216,7 +218,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, gradient_noise,
          ramp, deadline,
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
-         workers, as_json, out_dir):
+         extrapolate_fabric, workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
     from solvers.planner import run_plan
 
@@ -244,7 +246,7 @@ def _positive(value: float | None, field: str) -> float | None:
 
 def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens,
                   gradient_noise, ramp, deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
-                  fix_text, workers, full_space=False, **_unused) -> PlanRequest:
+                  fix_text, workers, full_space=False, extrapolate_fabric=False, **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
     from autopar.space import SpaceOptions
     from autopar.specs import Precision, load_cluster, load_model
@@ -271,10 +273,20 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
     if lr0 is not None:
         learning_rate = (_positive(lr0, "lr0"), parse_tokens_binary(batch0, "batch0"), optimizer)
     constraints = Constraints(parse_days(deadline), parse_amount(budget, "budget") if budget else None, objective)
+    gpu_counts = parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node)
+    for n in gpu_counts:  # as search: a count the fabric does not describe needs --extrapolate-fabric
+        cluster.with_gpus(n, beyond_fabric=extrapolate_fabric)
+    batches_given = [parse_tokens_binary(b, "batch-tokens") for b in batch_tokens.split(",")] if batch_tokens else []
+    for b in batches_given:
+        if b > token_count:
+            raise InputError("batch-tokens", f"{b:,}", f"exceeds the whole run of --tokens {token_count:,.0f}: not one optimizer step")
+    for _, until in fleet.ramp:
+        if until >= token_count:
+            raise InputError("ramp", f"{until:,.0f}", f"a ramp step must end before the run's --tokens {token_count:,.0f}")
     return PlanRequest(
         model=model, cluster=cluster, seq_len=seq_len, precision=Precision(precision), tokens=token_count,
-        gpu_counts=parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node),
-        batch_tokens=[parse_tokens_binary(b, "batch-tokens") for b in batch_tokens.split(",")] if batch_tokens else [],
+        gpu_counts=gpu_counts,
+        batch_tokens=batches_given,
         batches_per_count=batches,
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,

@@ -180,6 +180,10 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "1T", "--gradient-noise", "5"], "Error: gradient-noise='5': must be TRACE/NORM2"),
     (["--tokens", "1T", "--lr0", "1e-3"], "Error: batch0=None: give both --lr0 and --batch0"),
     (["--tokens", "1T", "--mtbf-hours-per-gpu", "-1"], "Error: mtbf-hours-per-gpu=-1.0: must be a positive, finite number"),
+    # as search: dgx-h100's fabric is 2,048 nodes of 8 (its core tier)
+    (["--tokens", "1T", "--gpus", "8,32768"], "Error: gpus=32768: cluster dgx-h100 describes a fabric of 16,384 GPUs"),
+    (["--tokens", "1T", "--ramp", "4M@2T"], "Error: ramp='2,000,000,000,000': a ramp step must end before the run's --tokens"),
+    (["--tokens", "1M", "--batch-tokens", "4M"], "Error: batch-tokens='4,194,304': exceeds the whole run of --tokens 1,000,000"),
 ])
 def test_bad_input_is_one_line(args, start):
     r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--gpus", "8", *args])
@@ -212,3 +216,12 @@ def test_deterministic_and_workers_agree():
     strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert strip(one) == strip(again) == strip(two)
     assert math.isfinite(one["seconds"])
+
+
+def test_critical_batch_is_capped_at_the_run():
+    """A critical batch of 2T tokens on a 1T-token run: no batch may exceed the run itself, so the
+    bound becomes 1e12 tokens and says why (the batch grid then stays under it)."""
+    report = run_json(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "8192", "--gpus", "64",
+                       "--critical-batch-tokens", "2T", "--batches", "1"])
+    assert report["critical_batch_tokens"] == 1e12 and "capped at the run's" in report["critical_batch_source"]
+    assert report["points"] and all(p["global_batch_tokens"] <= 1e12 for p in report["points"])
