@@ -20,6 +20,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -76,15 +77,28 @@ def parse_trial_output(output: str, returncode: int) -> TrialOutcome:
 def run_trial_command(cmd: str, plan_file: Path, plan_text: str, trial_dir: Path, timeout_seconds: float | None) -> TrialOutcome:
     command = (cmd.replace("{plan_file}", shlex.quote(str(plan_file))).replace("{plan}", shlex.quote(plan_text))
                .replace("{trial_dir}", shlex.quote(str(trial_dir))))
+    # its own process group, so that a timeout stops the launcher and everything it started (a
+    # torchrun left running would hold the GPUs while the next trial starts); killing the shell
+    # alone, as subprocess.run's timeout does, leaves them running
+    with subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          text=True, cwd=trial_dir, start_new_session=True) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            (trial_dir / "log.txt").write_text(out or "")
+            return TrialOutcome("timeout", None, f"no result after {timeout_seconds:g} s")
+    (trial_dir / "log.txt").write_text(out)
+    return parse_trial_output(out, proc.returncode)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the trial's whole process group (the shell, the launcher and its workers)."""
     try:
-        proc = subprocess.run(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              text=True, timeout=timeout_seconds, cwd=trial_dir)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        (trial_dir / "log.txt").write_text(out)
-        return TrialOutcome("timeout", None, f"no result after {timeout_seconds:g} s")
-    (trial_dir / "log.txt").write_text(proc.stdout)
-    return parse_trial_output(proc.stdout, proc.returncode)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # already gone
+        pass
 
 
 @dataclass

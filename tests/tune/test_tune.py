@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -147,3 +148,16 @@ def test_no_successful_trial_exits_1_and_says_why(tmp_path):
     assert all("-- exit code 7: NCCL WARN socket timeout" in line for line in err if line.startswith("trial "))
     assert err[-1].startswith("Error: trial-cmd=") and "no trial measured a step time (trial 0 failed: exit code 7: NCCL WARN" in err[-1]
     assert [r["status"] for r in _rows(tmp_path)][:2] == ["failed", "failed"]  # the table is written either way
+
+
+def test_a_timed_out_trial_leaves_no_process_behind(tmp_path):
+    """The trial command's shell starts a child (as torchrun starts workers); at the timeout the
+    whole process group is killed, not only the shell, so nothing keeps the GPUs."""
+    from solvers.tune import run_trial_command
+
+    marker = "37.123"  # a sleep nobody else runs
+    outcome = run_trial_command(f"sleep {marker}; echo 'autopar-step-seconds: 1'", tmp_path / "p.json", "tp=1", tmp_path, 0.5)
+    assert outcome.status == "timeout"
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    assert left == []
