@@ -26,11 +26,14 @@ def ulysses_degree(c: ClusterSpec, t: PlanTable) -> np.ndarray:
     """Ranks each plan's CP AllToAll spans: cp for Ulysses; for hybrid the largest divisor of cp
     whose tp x a2a ranks fit in a node (Megatron hierarchical_context_parallel_sizes, as
     autopar.emit.megatron.hierarchical_cp_sizes writes it); 1 for ring."""
-    a2a = np.ones(len(t), dtype=np.int64)
-    for d in range(2, int(np.max(t.cp, initial=1)) + 1):
-        fits = (t.cp % d == 0) & (t.tp * d <= np.maximum(c.gpus_per_node, t.tp))
-        a2a = np.where(fits, d, a2a)
-    return np.where(t.cp_algo == ULYSSES, t.cp, np.where(t.cp_algo == HYBRID, a2a, 1))
+    out = np.where(t.cp_algo == ULYSSES, t.cp, 1).astype(np.int64)
+    hybrid = (t.cp_algo == HYBRID) & (t.cp > 1)
+    if np.any(hybrid):  # per distinct (cp, tp): the search space holds few
+        pairs, inverse = np.unique(np.stack([t.cp[hybrid], t.tp[hybrid]]), axis=1, return_inverse=True)
+        node = c.gpus_per_node
+        a2a = [max(d for d in range(1, cp + 1) if cp % d == 0 and tp * d <= max(node, tp)) for cp, tp in pairs.T.tolist()]
+        out[hybrid] = np.asarray(a2a, dtype=np.int64)[inverse.reshape(-1)]
+    return out
 
 
 def _ulysses_heads_broken(m: ModelSpec, c: ClusterSpec, t: PlanTable) -> np.ndarray:
