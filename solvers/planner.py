@@ -60,6 +60,7 @@ class PlanRequest:
     options: SpaceOptions = field(default_factory=SpaceOptions)
     workers: int = 1
     full_space: bool = False  # False: PLACEMENT_PINS unless --fix names them
+    extrapolate_fabric: bool = False  # allow counts beyond the cluster file's fabric (its top tier repeated)
 
 
 def planning_options(options: SpaceOptions, full_space: bool) -> SpaceOptions:
@@ -157,14 +158,19 @@ def run_plan(req: PlanRequest) -> PlanReport:
         cap, source = req.tokens, f"{source}, capped at the run's {req.tokens:,.0f} tokens"
     batches = sorted(set(req.batch_tokens), reverse=True) if req.batch_tokens else batch_grid(cap, req.seq_len, req.batches_per_count)
     for b in batches:
+        if b > req.tokens:
+            raise InputError("batch-tokens", f"{b:,}", f"exceeds the whole run of --tokens {req.tokens:,.0f}: not one optimizer step")
         if b % req.seq_len:
             raise InputError("batch-tokens", b, f"must be a multiple of seq-len={req.seq_len}")
         if b > cap:
             raise InputError("batch-tokens", b, f"exceeds the critical batch {cap:,.0f} tokens ({source})")
-    for b, _ in (req.fleet.ramp if req.fleet else ()):
+    for b, until in (req.fleet.ramp if req.fleet else ()):
+        if until >= req.tokens:
+            raise InputError("ramp", f"{until:,.0f}", f"a ramp step must end before the run's --tokens {req.tokens:,.0f}")
         if b > cap:
             raise InputError("ramp", b, f"batch exceeds the critical batch {cap:,.0f} tokens ({source})")
-    clusters = [req.cluster.with_gpus(n) for n in sorted(set(req.gpu_counts))]
+    # as search: a count the fabric does not describe needs --extrapolate-fabric
+    clusters = [req.cluster.with_gpus(n, beyond_fabric=req.extrapolate_fabric) for n in sorted(set(req.gpu_counts))]
     fleet = req.fleet or FleetInputs(req.cluster.mtbf_hours_per_gpu, None, req.cluster.restart_seconds)
     points = []
     for cluster, results in zip(clusters, _search_all(req, clusters, batches)):

@@ -273,21 +273,11 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
     if lr0 is not None:
         learning_rate = (_positive(lr0, "lr0"), parse_tokens_binary(batch0, "batch0"), optimizer)
     constraints = Constraints(parse_days(deadline), parse_amount(budget, "budget") if budget else None, objective)
-    gpu_counts = parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node)
-    for n in gpu_counts:  # as search: a count the fabric does not describe needs --extrapolate-fabric
-        cluster.with_gpus(n, beyond_fabric=extrapolate_fabric)
-    batches_given = [parse_tokens_binary(b, "batch-tokens") for b in batch_tokens.split(",")] if batch_tokens else []
-    for b in batches_given:
-        if b > token_count:
-            raise InputError("batch-tokens", f"{b:,}", f"exceeds the whole run of --tokens {token_count:,.0f}: not one optimizer step")
-    for _, until in fleet.ramp:
-        if until >= token_count:
-            raise InputError("ramp", f"{until:,.0f}", f"a ramp step must end before the run's --tokens {token_count:,.0f}")
     return PlanRequest(
         model=model, cluster=cluster, seq_len=seq_len, precision=Precision(precision), tokens=token_count,
-        gpu_counts=gpu_counts,
-        batch_tokens=batches_given,
+        gpu_counts=parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node),
+        batch_tokens=[parse_tokens_binary(b, "batch-tokens") for b in batch_tokens.split(",")] if batch_tokens else [],
         batches_per_count=batches,
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,
-        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space)
+        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space, extrapolate_fabric=extrapolate_fabric)

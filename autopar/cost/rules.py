@@ -22,16 +22,19 @@ ULYSSES = CP_ALGO.index(CpAlgo.ulysses)
 HYBRID = CP_ALGO.index(CpAlgo.hybrid)
 
 
+def hybrid_a2a_size(cp: int, tp: int, gpus_per_node: int) -> int:
+    """Hybrid CP's Ulysses (a2a) part inside the node, ring (p2p) across nodes: the largest divisor
+    of cp whose tp x a2a ranks fit in one node (Megatron hierarchical_context_parallel_sizes)."""
+    return max(d for d in range(1, cp + 1) if cp % d == 0 and tp * d <= max(gpus_per_node, tp))
+
+
 def ulysses_degree(c: ClusterSpec, t: PlanTable) -> np.ndarray:
-    """Ranks each plan's CP AllToAll spans: cp for Ulysses; for hybrid the largest divisor of cp
-    whose tp x a2a ranks fit in a node (Megatron hierarchical_context_parallel_sizes, as
-    autopar.emit.megatron.hierarchical_cp_sizes writes it); 1 for ring."""
+    """Ranks each plan's CP AllToAll spans: cp for Ulysses, hybrid_a2a_size for hybrid, 1 for ring."""
     out = np.where(t.cp_algo == ULYSSES, t.cp, 1).astype(np.int64)
     hybrid = (t.cp_algo == HYBRID) & (t.cp > 1)
     if np.any(hybrid):  # per distinct (cp, tp): the search space holds few
         pairs, inverse = np.unique(np.stack([t.cp[hybrid], t.tp[hybrid]]), axis=1, return_inverse=True)
-        node = c.gpus_per_node
-        a2a = [max(d for d in range(1, cp + 1) if cp % d == 0 and tp * d <= max(node, tp)) for cp, tp in pairs.T.tolist()]
+        a2a = [hybrid_a2a_size(cp, tp, c.gpus_per_node) for cp, tp in pairs.T.tolist()]
         out[hybrid] = np.asarray(a2a, dtype=np.int64)[inverse.reshape(-1)]
     return out
 

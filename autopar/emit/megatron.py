@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 
+from autopar.cost.rules import hybrid_a2a_size
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
@@ -54,11 +55,9 @@ def needs_max_connections_1(job: EmitJob) -> bool:
 
 
 def hierarchical_cp_sizes(job: EmitJob) -> tuple[int, int]:
-    """Hybrid CP: Ulysses (a2a) inside the node, ring (p2p) across nodes. The a2a size is the
-    largest divisor of cp whose tp * a2a ranks fit in one node."""
-    cp, tp, node = job.plan.cp, job.plan.tp, job.cluster.gpus_per_node
-    a2a = max(d for d in range(1, cp + 1) if cp % d == 0 and tp * d <= max(node, tp))
-    return a2a, cp // a2a
+    """Hybrid CP sizes [a2a, p2p] (autopar.cost.rules.hybrid_a2a_size, which the head rule checks)."""
+    a2a = hybrid_a2a_size(job.plan.cp, job.plan.tp, job.cluster.gpus_per_node)
+    return a2a, job.plan.cp // a2a
 
 
 def stage_layout_string(stages: list[int], vpp: int) -> str:
