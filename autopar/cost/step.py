@@ -15,7 +15,7 @@ import numpy as np
 
 from autopar.cost.comm import Collective, overlapped_seconds
 from autopar.cost.context import Batch
-from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, layer_weight_modules, logits_gemm
+from autopar.cost.flops import activation_message_bytes, embedding_params, layer_params, layer_weight_modules, logits_gemm, mtp_module_params
 from autopar.cost.layer import gemm_time, layer_parts
 from autopar.cost.memory import (in_flight_microbatches, layer_activation_bytes, offloaded_bytes, offloaded_input_bytes,
                                  recomputed_input_bytes, saved_activation_bytes, stored_activation_bytes, torch_cp_buffer_bytes)
@@ -220,6 +220,15 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     flops = flops + last * col((2 + b.wgrad) * g.flops)
     fwd = fwd + last * col(t_logits)
     bwd = bwd + last * col((1 + b.wgrad) * t_logits)
+    # each MTP module's 2h -> h projection of [embedding; hidden] (DeepSeek-V3 report section 2.2;
+    # Megatron-Core MultiTokenPredictionLayer.eh_proj: column-parallel, output left split over TP)
+    mtp_here = np.asarray(layout.rank_mtp(), dtype=float)[stage_idx]
+    if m.mtp_num_layers:
+        t_proj = gemm_time(b, b.tokens, m.hidden_size / t.tp, 2 * m.hidden_size, tr.precision.gemm_dtype)
+        parts["compute_gemm"] = parts["compute_gemm"] + mtp_here * col((2 + b.wgrad) * t_proj)
+        flops = flops + mtp_here * col((2 + b.wgrad) * 2 * b.tokens * m.hidden_size * 2 * m.hidden_size / t.tp)
+        fwd = fwd + mtp_here * col(t_proj)
+        bwd = bwd + mtp_here * col((1 + b.wgrad) * t_proj)
 
     # one activation send and one gradient send per micro-batch on the critical path; the
     # interleaved schedule's extra chunk boundaries overlap with compute (overlap_p2p_comm)
@@ -237,7 +246,7 @@ def _evaluate_layout(b: Batch, layout: PipelineLayout, kinds: list[int], per_kin
     if not m.tied_embeddings or layout.last_rank != 0:  # tied: one copy where one rank holds both ends
         emb[layout.last_rank] += embedding_params(m)
     emb = emb[stage_idx]
-    dense = dense + emb / col(t.tp)
+    dense = dense + (emb + mtp_here * mtp_module_params(m)) / col(t.tp)
     # gradient and ZeRO-3 collectives hide behind a layer's time, but not behind the part of it
     # that is itself communication over the same network links
     fwd_window, bwd_window = _overlap_windows(b, parts, fwd, bwd)
@@ -515,8 +524,10 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, shar
     working = working + 2 * np.where(share_off > 0, stored_first, 0.0)  # a whole layer copied out, one prefetched back
     last = (stage_idx == last_rank).astype(float)
     working = working + last * col(b.stack.logits_bytes_per_element * b.tokens * m.vocab_size / t.tp)  # logits at the loss
-    layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) \
-        + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp)
+    # a layer's weights as ZeRO-3 gathers them: only what is sharded (a shard group of one, e.g.
+    # routed experts with expert-data-parallel size 1, is used in place and gathers nothing)
+    layer_w = np.array([layer_params(m, i)[0] for i in kinds])[first_kind][None, :] / col(t.tp) * (shard_d > 1) \
+        + np.array([layer_params(m, i)[1] for i in kinds])[first_kind][None, :] / col(t.ep * t.etp) * (shard_r > 1)
     # ZeRO-3 holds the gathered weights of the layer in hand and the prefetched next one; with
     # reshard off every layer's gathered weights stay until its backward (the stage's weights);
     # DeepSpeed's prefetcher instead keeps up to stage3_max_live_parameters gathered

@@ -140,3 +140,22 @@ def test_fp8_stack_keeps_linear_inputs_in_one_byte(stack, saves_fp8, h100_node, 
         return layer_activation_bytes(make_batch(model, h100_node, training, [parse_plan("tp=1,mbs=1")], params), 0)[0]
     saved = stored(Precision.bf16) - stored(Precision.fp8)
     assert saved == pytest.approx(5 * S * B * H if saves_fp8 else 0.0)
+
+
+def test_zero3_gathers_nothing_for_experts_it_does_not_shard():
+    # ZeRO-3 keeps two gathered layers in hand (the one computing and the prefetched next); routed
+    # experts whose expert-data-parallel group is one rank (ep = dp = 64) are whole on their rank and
+    # used in place. Hand count: 64 experts x 3 x 1024 x 512 = 100.7e6 routed parameters per layer;
+    # at ep 32 (expert-data-parallel 2) each rank gathers 100.7e6 / 32 = 3.15e6 of them, twice, in
+    # bf16: 2 x 3.15e6 x 2 B = 12.58 MB more working buffer than at ep 64, which gathers none
+    from autopar.cost import estimate
+    from autopar.specs import ModelSpec, TrainingSpec, load_cluster
+    from autopar.specs.costparams import params_for_cluster
+    from autopar.specs.plan import Plan
+    moe = ModelSpec(name="m", num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096, vocab_size=32000,
+                    num_experts=64, moe_top_k=8, moe_ffn_hidden_size=512)
+    cluster = load_cluster("dgx-h100").with_gpus(64)
+    t = TrainingSpec(seq_len=4096, global_batch_size=64)
+    buffers = {ep: estimate(moe, cluster, t, Plan(tp=1, pp=1, dp=64, ep=ep, zero=3), params_for_cluster(cluster))
+               .memory_breakdown["working_buffers"] for ep in (32, 64)}
+    assert buffers[32] - buffers[64] == pytest.approx(2 * 2 * 64 * 3 * 1024 * 512 / 32, rel=1e-6)
