@@ -581,12 +581,22 @@ def _precision_in_text(text: Any) -> str | None:
     return next((name for pattern, name in PRECISION_IN_TEXT if pattern.search(str(text or ""))), None)
 
 
+def _stated_precision(row: dict[str, Any]) -> str | None:
+    """The GEMM precision the row states: precision_normalized when it is one autopar knows (or
+    names one: 'bf16 mixed'), else what the free-text precision column names; None when neither
+    says (the part's default applies, and an unknown precision_normalized is listed as unused)."""
+    normalized = str(row.get("precision_normalized") or "").strip().lower()
+    if normalized in PRECISION:
+        return normalized
+    return _precision_in_text(normalized) or _precision_in_text(row.get("precision"))
+
+
 def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpec:
     """The row's training inputs; gpu (the part that ran) settles what the row leaves out and
     the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
-    stated = row.get("precision_normalized") or _precision_in_text(row.get("precision"))
+    stated = _stated_precision(row)
     default = "fp16" if gpu is not None and not gpu.supports("bf16") else "bf16"
-    precision = PRECISION.get(str(stated or default).lower(), default)  # an unknown spelling ('mixed'): the part's default
+    precision = PRECISION.get(stated or default, default)
     flash = not is_2021(row) and (gpu is None or gpu.compute_capability >= FLASH_MIN_COMPUTE_CAPABILITY)
     fields: dict[str, Any] = {
         "seq_len": row["seq_len"], "global_batch_size": row["global_batch_size"], "precision": Precision(precision),
@@ -758,6 +768,9 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
 def unused_columns(row: dict[str, Any]) -> list[str]:
     """Columns with a value that the prediction does not read."""
     out = [k for k, v in row.items() if v is not None and k not in META and k not in READ]
+    normalized = str(row.get("precision_normalized") or "").strip().lower()
+    if normalized and normalized not in PRECISION and _precision_in_text(normalized) is None:
+        out.append("precision_normalized")  # a spelling autopar does not know ('mixed'): not read
     out += [f"other_metrics.{k}" for k in (row.get("other_metrics") or {}) if k not in USED_METRICS]
     return sorted(out)
 

@@ -443,3 +443,16 @@ def test_pytorch_fsdp_sharding_strategies(written, shard, reshard):
 def test_fp8_weight_gathers_as_the_row_states(precision, notes, gathered):
     training = row_inputs({**BASE, "precision": precision, "notes": notes, "fsdp": 1}).training
     assert training.fp8_param_gather is gathered
+
+
+def test_unknown_precision_normalized_is_listed_and_the_text_column_read():
+    # a spelling the reader does not know is not silently bf16: the free-text precision column
+    # decides, and the report lists precision_normalized among the columns it did not read
+    row = {**BASE, "precision_normalized": "mixed", "precision": "FP8 (Transformer Engine) + BF16"}
+    inputs = row_inputs(row)
+    assert inputs.training.precision.value == "fp8"
+    assert "precision_normalized" in inputs.unused
+    # a known one, or one naming a known format ('bf16 mixed'), is read and not listed
+    for known in ("fp8_current_scaling", "BF16 mixed"):
+        assert "precision_normalized" not in row_inputs({**row, "precision_normalized": known}).unused
+    assert row_inputs({**row, "precision_normalized": "BF16 mixed"}).training.precision.value == "bf16"
