@@ -45,6 +45,7 @@ class StartChoices:
     max_stage_layers: int
     first_range: tuple[int, int] | None  # None: no explicit layouts (pp == 1, or vpp > 1)
     middle_range: tuple[int, int] | None  # None: pp == 2 (no middle stage)
+    own_recompute: bool = False  # the start's mode is not a common choice (selective under flash attention, an MLA start)
 
     def layout(self, num_layers: int, first: int, middle: int | None) -> tuple[int, int] | None:
         """(first, last) for the chosen values, or None when no legal layout has them."""
@@ -69,14 +70,21 @@ def choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan
     mbs = [b for b in divisors(training.global_batch_size // dp) if b <= MAX_MICRO_BATCH
            and _legal(model, cluster, training, base.model_copy(update={"mbs": b}))] or [plan.mbs]
     recomputes = [r.value for r in Recompute if not (training.flash_attention and r == Recompute.selective)]
-    if plan.recompute.value not in recomputes:
+    own = plan.recompute.value not in recomputes
+    if own:
         recomputes.append(plan.recompute.value)
     even = model.num_layers // plan.pp
     explicit = plan.pp > 1 and plan.vpp == 1 and plan.first_stage_layers is None and plan.last_stage_layers is None and plan.layout is None
     first_range = (max(1, even - LAYOUT_SPREAD), even + LAYOUT_SPREAD) if explicit else None
     middle_range = (max(1, even - 1), even + LAYOUT_SPREAD) if explicit and plan.pp > 2 else None
     most = max(plan.layers_per_stage(model.num_layers)) + 2 * LAYOUT_SPREAD
-    return StartChoices(base, mbs, recomputes, max(1, most // plan.vpp), first_range, middle_range)
+    return StartChoices(base, mbs, recomputes, max(1, most // plan.vpp), first_range, middle_range, own)
+
+
+def recompute_name(i: int, c: StartChoices) -> str:
+    """The recompute mode's parameter: one shared by the starts, or recompute_{i} for a start
+    whose choices add its own mode (one name with two sets of choices is an Optuna error)."""
+    return f"recompute_{i}" if c.own_recompute else "recompute"
 
 
 def suggest_plan(trial: optuna.Trial, starts: list[StartChoices], num_layers: int) -> Plan | None:
@@ -93,7 +101,7 @@ def suggest_plan(trial: optuna.Trial, starts: list[StartChoices], num_layers: in
         if layout is None:
             return None
         first, last = layout
-    recompute = trial.suggest_categorical("recompute", c.recomputes) if len(c.recomputes) > 1 else c.recomputes[0]
+    recompute = trial.suggest_categorical(recompute_name(i, c), c.recomputes) if len(c.recomputes) > 1 else c.recomputes[0]
     layers, per_stage = None, None
     if recompute == Recompute.full.value:
         low = STAGE_COUNTS if c.plan.stage_recompute_layers else ALL_LAYERS
@@ -102,12 +110,13 @@ def suggest_plan(trial: optuna.Trial, starts: list[StartChoices], num_layers: in
         per_stage = c.plan.stage_recompute_layers if k == STAGE_COUNTS else None
     return c.plan.model_copy(update={"mbs": mbs, "first_stage_layers": first, "last_stage_layers": last,
                                      "recompute": Recompute(recompute), "recompute_num_layers": layers,
-                                     "stage_recompute_layers": per_stage})
+                                     "stage_recompute_layers": per_stage,  # modules name what selective recomputes
+                                     "recompute_modules": c.plan.recompute_modules if recompute == Recompute.selective.value else None})
 
 
 def start_params(i: int, c: StartChoices) -> dict[str, Any]:
     """The trial parameters that reproduce start plan i exactly (for enqueue_trial)."""
-    params: dict[str, Any] = {"start": i, f"mbs_{i}": c.plan.mbs, "recompute": c.plan.recompute.value}
+    params: dict[str, Any] = {"start": i, f"mbs_{i}": c.plan.mbs, recompute_name(i, c): c.plan.recompute.value}
     if c.first_range is not None:
         params[f"uneven_{i}"] = False
     if c.plan.recompute == Recompute.full:
