@@ -6,6 +6,11 @@ balanced vpp = 1 start explicit first/last pipeline-stage layer counts (Megatron
 solvers.stages) keeps it. Names carry the start index so each start's choices are their own
 distributions; a plan that overflows memory is a constraint value, never an exception.
 
+A study is for one model, cluster and training setup: study_inputs() names them (and a
+fingerprint of the whole specs), kept as a study attribute, and check_study() refuses to resume
+a study made for other inputs, or whose trials drew a parameter from other choices (Optuna's
+own error for that is an internal-looking ValueError in the middle of the run).
+
 Against the cost model there is no Optuna step: the enumeration covers micro-batch and
 recompute mode, and solvers.stages solves each stage's layers and recompute counts exactly
 (the `search --refine` Optuna pass this module used to run is retired).
@@ -13,10 +18,13 @@ recompute mode, and solvers.stages solves each stage's layers and recompute coun
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution, check_distribution_compatibility
 
 from autopar.cost.rules import plan_violations
 from autopar.errors import InputError
@@ -31,6 +39,13 @@ CONSTRAINT = "memory_overflow"  # constraint name: > 0 when the plan does not fi
 ILLEGAL = 1.0  # constraint value of a chosen layout that no plan has
 ALL_LAYERS = 0  # recompute_layers choice meaning "every layer of the stage" (recompute_num_layers unset)
 STAGE_COUNTS = -1  # recompute_layers choice meaning "the start's own per-stage counts" (stage_recompute_layers)
+INPUTS_ATTR = "autopar_inputs"  # study user attribute: what the study was created for (study_inputs)
+OBJECTIVE = "measured step seconds"  # what a study's trials minimize
+NOT_INPUTS = ("description", "sources")  # a profile's prose: editing it changes no study
+# study_inputs keys shown when a resumed study differs, with their labels
+INPUT_LABELS = {"model": "model", "cluster": "cluster", "gpus": "GPUs", "seq_len": "seq-len", "global_batch": "global batch",
+                "precision": "precision", "stack": "stack", "objective": "objective"}
+NEW_STUDY = "use a new --study name, or another --storage or --out"
 
 
 @dataclass
@@ -136,3 +151,73 @@ def set_constraint(trial: optuna.Trial, value: float) -> None:
     trial.set_user_attr(CONSTRAINT, value)
     if hasattr(trial, "set_constraint"):
         trial.set_constraint(CONSTRAINT, value)
+
+
+def distributions(starts: list[StartChoices]) -> dict[str, BaseDistribution]:
+    """Every parameter suggest_plan may ask for, with the distribution it asks with."""
+    space: dict[str, BaseDistribution] = {"start": CategoricalDistribution(list(range(len(starts))))}
+    for i, c in enumerate(starts):
+        space[f"mbs_{i}"] = CategoricalDistribution(c.mbs)
+        if c.first_range is not None:
+            space[f"uneven_{i}"] = CategoricalDistribution([False, True])
+            space[f"first_{i}"] = IntDistribution(*c.first_range)
+            if c.middle_range is not None:
+                space[f"middle_{i}"] = IntDistribution(*c.middle_range)
+        if len(c.recomputes) > 1:
+            space[recompute_name(i, c)] = CategoricalDistribution(c.recomputes)
+        if Recompute.full.value in c.recomputes:
+            space[f"recompute_layers_{i}"] = IntDistribution(STAGE_COUNTS if c.plan.stage_recompute_layers else ALL_LAYERS, c.max_stage_layers)
+    return space
+
+
+def study_inputs(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> dict[str, Any]:
+    """What a study is for: readable names, and a fingerprint of the whole model, cluster and
+    training specs (a changed profile or training option changes it)."""
+    specs = {kind: {k: v for k, v in spec.model_dump(mode="json").items() if k not in NOT_INPUTS}
+             for kind, spec in (("model", model), ("cluster", cluster), ("training", training))}
+    fingerprint = hashlib.sha256(json.dumps([specs, OBJECTIVE], sort_keys=True).encode()).hexdigest()[:12]
+    t = specs["training"]
+    return dict(model=model.name, cluster=cluster.name, gpus=cluster.num_gpus, seq_len=t["seq_len"], global_batch=t["global_batch_size"],
+                precision=t["precision"], stack=t["stack"], objective=OBJECTIVE, fingerprint=fingerprint)
+
+
+def check_study_inputs(study: optuna.Study, inputs: dict[str, Any]) -> None:
+    """Refuse a study created for other inputs (study_inputs), naming what differs. A study
+    without the attribute (an older autopar's) is left to check_study_params."""
+    theirs = study.user_attrs.get(INPUTS_ATTR)
+    if not isinstance(theirs, dict) or theirs.get("fingerprint") == inputs["fingerprint"]:
+        return
+    diffs = [f"{label} {theirs.get(key)}, not {inputs[key]}" for key, label in INPUT_LABELS.items() if theirs.get(key) != inputs[key]]
+    what = "; ".join(diffs) or (f"other specs under the same names (a changed model or cluster profile, or a training option: "
+                                f"fingerprint {theirs.get('fingerprint')}, now {inputs['fingerprint']})")
+    raise InputError("study", study.study_name, f"was created for {what}: {NEW_STUDY}")
+
+
+def check_study_params(study: optuna.Study, space: dict[str, BaseDistribution]) -> None:
+    """Refuse a study whose trials drew a parameter of `space` (distributions()) from other
+    choices: Optuna would fail the run the first time a trial asks for it."""
+    for trial in study.get_trials(deepcopy=False):
+        for name, old in trial.distributions.items():
+            new = space.get(name)
+            if new is None:
+                continue
+            try:
+                check_distribution_compatibility(old, new)
+            except ValueError:
+                raise InputError("study", study.study_name, f"trial {trial.number} drew {name} from {_choices(old)}, these inputs give "
+                                 f"{_choices(new)} (the study was made for another model, cluster, batch, --top, --fix or --emit): "
+                                 f"{NEW_STUDY}") from None
+
+
+def stamp_study(study: optuna.Study, inputs: dict[str, Any]) -> None:
+    """Record what the study is for, once: a study keeps the inputs it was first run with."""
+    if INPUTS_ATTR not in study.user_attrs:
+        study.set_user_attr(INPUTS_ATTR, inputs)
+
+
+def _choices(dist: BaseDistribution) -> str:
+    if isinstance(dist, CategoricalDistribution):
+        return str(list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return f"integers {dist.low}..{dist.high}"
+    return type(dist).__name__

@@ -50,6 +50,39 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _existing_study(req):
+    """The study tune would resume, or None when its storage holds none of that name."""
+    import optuna
+
+    from solvers.tune import open_storage, storage_url
+
+    if req.storage is None and not (req.out_dir / "tune.db").exists():
+        return None  # the default SQLite file is not there yet (opening it would create it)
+    try:
+        return optuna.load_study(study_name=req.study_name, storage=open_storage(storage_url(req)))
+    except KeyError:
+        return None
+
+
+def _stamping(req, inputs: dict, stamped: bool):
+    """_progress that first records what a new study is for: tune() creates the study, and
+    its first trial has run when the first report comes."""
+    import optuna
+
+    from solvers.refine import stamp_study
+    from solvers.tune import open_storage, storage_url
+
+    pending = [not stamped]
+
+    def progress(t: dict) -> None:
+        if pending:
+            stamp_study(optuna.load_study(study_name=req.study_name, storage=open_storage(storage_url(req))), inputs)
+            pending.clear()
+        _progress(t)
+
+    return progress
+
+
 def _progress(t: dict) -> None:
     """One stderr line per trial; a failed trial says why (the end of its output)."""
     measured = f"{t['measured']:.3f} s" if t["measured"] else "-"
@@ -86,6 +119,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
     from autopar.space import SpaceOptions
     from autopar.specs.costparams import params_for_cluster
     from solvers import SearchRequest, run_search
+    from solvers.refine import check_study_inputs, check_study_params, choices, distributions, stamp_study, study_inputs
     from solvers.tune import TuneRequest, best_measured, check_options, trial_rows, tune
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
@@ -94,14 +128,24 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
                                 moe_routing=moe_routing, fp8_param_gather=fp8_param_gather)
     name = study_name if study_name is not None else re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")
     out = Path(out_dir)
-    check_options(TuneRequest(model, cluster, training, [], trial_cmd, num_trials, out, storage, name, seed, timeout_seconds, params))
+    options = TuneRequest(model, cluster, training, [], trial_cmd, num_trials, out, storage, name, seed, timeout_seconds, params)
+    check_options(options)
+    # a study made for other inputs is refused before the search (resumed, it mixed two setups'
+    # trials, then failed inside Optuna once a trial drew a parameter the study had with other choices)
+    inputs = study_inputs(model, cluster, training)
+    existing = _existing_study(options)
+    if existing is not None:
+        check_study_inputs(existing, inputs)
     plan_filter = framework_filter(emit_format, model, cluster, training) if emit_format else None
     search = run_search(SearchRequest(model, cluster, training, top_k=top_k, options=SpaceOptions(fixed=parse_fix(fix_text)), params=params,
                                       plan_filter=plan_filter, filter_name=emit_format))
     req = TuneRequest(model, cluster, training, [rp.plan for rp in search.results.plans], trial_cmd, num_trials, out,
                       storage, name, seed, timeout_seconds, params, _prepare(emit_format))
+    if existing is not None:  # also an older autopar's study, which has no inputs to compare
+        check_study_params(existing, distributions([choices(model, cluster, training, p) for p in req.starts]))
+        stamp_study(existing, inputs)
     flush_notes()
-    study = tune(req, _progress)
+    study = tune(req, _stamping(req, inputs, stamped=existing is not None))
     rows = trial_rows(study)
     table = out / f"tune-{name}.csv"
     write_atomic(table, _csv(rows))
