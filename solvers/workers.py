@@ -13,7 +13,11 @@ it, before unblocking (CPython's multiprocessing.resource_tracker starts its pro
 way) -- and defers its own SIGINT/SIGTERM handlers: a signal that arrives is noted and raised
 again once the workers are started, so nothing is lost. The mask alone would not hold the parent:
 a process-directed signal goes to any thread that does not block it (OpenBLAS's threads), and
-CPython then runs the Python handler in the main thread whatever that thread's mask."""
+CPython then runs the Python handler in the main thread whatever that thread's mask.
+
+A worker that dies (SIGKILL, the kernel's OOM killer) breaks the whole pool: every call not yet
+returned fails with BrokenProcessPool. run_in_workers still hands on the results that came
+back and raises WorkerDied, which names the calls that were lost."""
 
 from __future__ import annotations
 
@@ -21,12 +25,24 @@ import signal
 import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack, contextmanager
 from multiprocessing import get_context
 from typing import Any, Callable, Iterator, Sequence
 
+from autopar.errors import AutoparError
+
 _HELD = {signal.SIGINT}
 _DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+class WorkerDied(AutoparError, BrokenProcessPool):
+    """A worker process died (killed, or out of memory) and took the pool with it; `lost` are
+    the indices of the calls that returned no result (on_done ran for every other one)."""
+
+    def __init__(self, workers: int, lost: list[int], total: int):
+        self.lost = lost
+        super().__init__(f"workers={workers}: a worker process died (killed or out of memory); {len(lost)} of {total} tasks got no result")
 
 
 @contextmanager
@@ -65,20 +81,27 @@ def run_in_workers(fn: Callable[..., Any], calls: Sequence[tuple], workers: int,
     """fn(*calls[i]) for every i in `workers` spawned processes; results in the order of calls,
     on_done(i, result) in completion order. Submitted in the order given (put the longest first).
     Not `with ProcessPoolExecutor`: its exit waits for the running calls (30-47 s after a Ctrl-C
-    in a sweep), so on any exception, the first failing call's included, the workers are killed."""
+    in a sweep), so on any exception, the first failing call's included, the workers are killed.
+    A dead worker raises WorkerDied once every call that did return has been handed on."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=worker_init)
     results: list[Any] = [None] * len(calls)
     try:
         with signals_held():  # submit() spawns the workers
             index = {pool.submit(fn, *args): i for i, args in enumerate(calls)}
         pending = set(index)
+        lost: list[int] = []
         while pending:
             finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in sorted(finished_now, key=index.__getitem__):
                 i = index[future]
+                if isinstance(future.exception(), BrokenProcessPool):  # the pool fails every pending call at once
+                    lost.append(i)
+                    continue
                 results[i] = future.result()
                 if on_done:
                     on_done(i, results[i])
+        if lost:
+            raise WorkerDied(workers, sorted(lost), len(calls))
     except BaseException:
         _kill_workers(pool)
         raise

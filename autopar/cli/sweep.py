@@ -3,6 +3,7 @@ write summary.csv, summary.md, summary.json and plots/*.png; --baseline fails on
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import click
 from autopar.cli import main
 from autopar.cli.common import write_atomic
 from autopar.errors import InputError
+
+WORKER_DIED = "worker process died (killed or out of memory); not in cases.jsonl, so --resume runs it again"
 
 
 def _progress_bar(enabled: bool):
@@ -50,7 +53,9 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
     case where no plan fits is a result, not a failure) or when --baseline finds differences;
     the summaries are written either way."""
     from autopar.plots import sweep_plots
-    from solvers.sweep import compare, load_baseline, load_overrides, load_sweep, run_sweep, summary_csv, summary_json, summary_markdown, summary_rows
+    from solvers.sweep import (cases, compare, load_baseline, load_overrides, load_sweep, read_records, run_sweep, summary_csv, summary_json,
+                               summary_markdown, summary_rows)
+    from solvers.workers import WorkerDied
 
     spec = load_sweep(sweep_file)
     overrides = load_overrides(cost_override)
@@ -58,8 +63,13 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
     out = Path(out_dir)
     started = time.perf_counter()
     update, stop = _progress_bar(not quiet)
+    lost = 0
     try:
         records = run_sweep(spec, out, workers, resume, overrides, update)
+    except WorkerDied:  # the kernel's OOM killer, say: the pool broke and took the running cases with it
+        finished = read_records(out)  # every case that finished is in cases.jsonl already
+        records = [finished.get(c["case"]) or dict(c, status="error", message=WORKER_DIED) for c in cases(spec)]
+        lost = sum(c["case"] not in finished for c in cases(spec))
     finally:
         stop()
     rows = summary_rows(records)
@@ -76,6 +86,11 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
         click.echo(f"baseline {baseline}: " + (f"{len(diffs)} difference(s)" if diffs else f"no differences ({len(rows)} cases)"))
         for d in diffs:
             click.echo(f"  {d}")
+    if lost:
+        others = f" ({len(failed) - lost} other case(s) failed)" if len(failed) > lost else ""
+        raise InputError("sweep", spec.name, f"{lost} of {len(rows)} cases lost: a worker process died (killed or out of memory){others}; "
+                         f"`autopar sweep {shlex.quote(sweep_file)} --out {shlex.quote(str(out))} --resume` runs them (with fewer --workers if memory ran out); "
+                         f"all in {out / 'summary.md'}")
     if failed:
         raise InputError("sweep", spec.name, f"{len(failed)} of {len(rows)} cases failed (first: {failed[0]['case']}: "
                          f"{failed[0].get('message', '')}); all in {out / 'summary.md'}")

@@ -1,4 +1,4 @@
-"""autopar sweep: records, resume after a kill or a torn line, summaries, plots, baseline check."""
+"""autopar sweep: records, resume after a kill, a torn line or a dead worker, summaries, plots, baseline check."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from autopar.cli import main
+from autopar.cli.sweep import WORKER_DIED
 from autopar.plots import PLOT_FILES
 from solvers.sweep import CASES_FILE, cases, load_sweep
 
@@ -195,6 +196,40 @@ def test_signal_stops_sweep_and_workers_within_seconds(tmp_path, signum, code, t
     assert (0 if early else 1) <= finished < 4
     res = _run(str(spec), "--out", str(out), "--resume", "--no-plots")
     assert res.exit_code == 0 and (out / CASES_FILE).read_text().count("\n") == 4
+
+
+def test_a_dead_worker_loses_its_cases_not_the_sweep(full, tmp_path, monkeypatch):
+    """issue: a worker the OOM killer ends breaks the process pool, and BrokenProcessPool ended
+    the sweep as an internal error with no summary. The finished cases stay in cases.jsonl, the
+    lost ones show as failed in the summaries, the error line counts them, and --resume runs
+    them: the result is the uninterrupted sweep's."""
+    import dying_worker
+
+    spec, out = _sweep_file(tmp_path), tmp_path / "out"
+    order = [c["case"] for c in cases(load_sweep(spec))]
+    monkeypatch.setattr("solvers.sweep.run_case", dying_worker.run_case)  # the workers import it by name
+    monkeypatch.setenv(dying_worker.DIE_CASE, order[3])
+    monkeypatch.setenv(dying_worker.DIE_AFTER, f"{out / CASES_FILE}:2")  # after two cases finished
+    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out), "--workers", "2", "--quiet"])
+    assert res.exit_code == 1
+    kept = [json.loads(line) for line in (out / CASES_FILE).read_text().splitlines()]
+    rows = json.loads((out / "summary.json").read_text())["cases"]
+    lost = [r["case"] for r in rows if r["status"] == "error"]
+    assert len(kept) >= 2 and {r["status"] for r in kept} == {"ok"}
+    assert order[3] in lost and sorted([*lost, *(r["case"] for r in kept)]) == sorted(order)  # each case kept or lost
+    assert [r["best_plan"] for r in rows if r["status"] == "error"] == [WORKER_DIED] * len(lost)
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"Error: sweep='small': {len(lost)} of 8 cases lost: a worker process died (killed or out of memory); "
+        f"`autopar sweep {spec} --out {out} --resume` runs them (with fewer --workers if memory ran out); all in {out / 'summary.md'}")
+    assert "Traceback" not in res.output and "internal=" not in res.output
+    assert f"\n| gpt2-xl | dgx-h100 | 16 | 2048 | 128 | - | - | - | - | error | {WORKER_DIED} |" in (out / "summary.md").read_text()  # order[3]
+    assert sorted(p.name for p in (out / "plots").glob("*.png")) == sorted(PLOT_FILES)
+
+    monkeypatch.undo()
+    res = _run(str(spec), "--out", str(out), "--resume", "--workers", "2", "--no-plots")
+    assert res.exit_code == 0, res.output
+    for name in SUMMARIES:
+        assert (out / name).read_text() == (full / name).read_text(), name
 
 
 def test_resume_refuses_a_different_sweep(full, tmp_path):

@@ -1,11 +1,15 @@
-"""solvers.workers: a signal that arrives while workers are being started is held, not lost."""
+"""solvers.workers: a signal that arrives while workers are being started is held, not lost;
+a worker that dies loses only the tasks that had not returned."""
 
 import signal
 import threading
+from concurrent.futures.process import BrokenProcessPool
 
+import dying_worker
 import pytest
 
-from solvers.workers import signals_held
+from autopar.errors import AutoparError
+from solvers.workers import WorkerDied, run_in_workers, signals_held
 
 
 class Stopped(BaseException):
@@ -46,3 +50,20 @@ def test_block_without_a_signal_changes_nothing():
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_dead_worker_raises_worker_died_after_the_results_that_came_back(tmp_path):
+    marker = tmp_path / "a-result-came-back"
+    done: dict[int, int] = {}
+
+    def on_done(i: int, result: int) -> None:
+        done[i] = result
+        marker.touch()
+
+    with pytest.raises(WorkerDied) as err:  # task 2 (x = 3) kills its worker once a result came back
+        run_in_workers(dying_worker.square, [(x, str(marker)) for x in range(1, 7)], 2, on_done)
+    lost = err.value.lost
+    assert done and 2 in lost and sorted([*done, *lost]) == list(range(6))
+    assert done == {i: (i + 1) ** 2 for i in done}
+    assert isinstance(err.value, AutoparError) and isinstance(err.value, BrokenProcessPool)  # one line from the CLI; still a broken pool
+    assert str(err.value) == f"workers=2: a worker process died (killed or out of memory); {len(lost)} of 6 tasks got no result"
