@@ -40,7 +40,7 @@ from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
-from solvers.refine import ILLEGAL, choices, make_sampler, set_constraint, start_params, suggest_plan
+from solvers.refine import ILLEGAL, choices, make_sampler, set_constraint, stamp_study, start_params, study_inputs, suggest_plan
 
 STEP_LINE = re.compile(r"^\s*autopar-step-seconds:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
 OOM_LINE = re.compile(r"autopar-oom|out of memory", re.IGNORECASE)
@@ -180,9 +180,11 @@ def open_study(req: TuneRequest, sampler: optuna.samplers.BaseSampler) -> tuple[
     decides, so exactly one worker of many enqueues the predictions)."""
     storage = open_storage(storage_url(req))
     try:
-        return optuna.create_study(storage=storage, study_name=req.study_name, direction="minimize", sampler=sampler), True
+        study = optuna.create_study(storage=storage, study_name=req.study_name, direction="minimize", sampler=sampler)
     except optuna.exceptions.DuplicatedStudyError:
         return optuna.load_study(storage=storage, study_name=req.study_name, sampler=sampler), False
+    stamp_study(study, study_inputs(req.model, req.cluster, req.training))  # what it is for: a resume is checked against it
+    return study, True
 
 
 def _plan_results(req: TuneRequest, plan: Plan, est) -> Results:

@@ -64,25 +64,6 @@ def _existing_study(req):
         return None
 
 
-def _stamping(req, inputs: dict, stamped: bool):
-    """_progress that first records what a new study is for: tune() creates the study, and
-    its first trial has run when the first report comes."""
-    import optuna
-
-    from solvers.refine import stamp_study
-    from solvers.tune import open_storage, storage_url
-
-    pending = [not stamped]
-
-    def progress(t: dict) -> None:
-        if pending:
-            stamp_study(optuna.load_study(study_name=req.study_name, storage=open_storage(storage_url(req))), inputs)
-            pending.clear()
-        _progress(t)
-
-    return progress
-
-
 def _progress(t: dict) -> None:
     """One stderr line per trial; a failed trial says why (the end of its output)."""
     measured = f"{t['measured']:.3f} s" if t["measured"] else "-"
@@ -145,7 +126,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
         check_study_params(existing, distributions([choices(model, cluster, training, p) for p in req.starts]))
         stamp_study(existing, inputs)
     flush_notes()
-    study = tune(req, _stamping(req, inputs, stamped=existing is not None))
+    study = tune(req, _progress)
     rows = trial_rows(study)
     table = out / f"tune-{name}.csv"
     write_atomic(table, _csv(rows))
