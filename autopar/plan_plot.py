@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from autopar.report import dollars, human_count  # noqa: E402
+
 if TYPE_CHECKING:
     from solvers.planner import PlanReport
 
@@ -38,13 +40,13 @@ def plan_png(report: "PlanReport", deadline_days: float | None = None, budget_us
     if deadline_days is not None:
         ax.axvline(deadline_days, color="tab:red", lw=1, ls=":", label=f"deadline {deadline_days:g} d")
     if budget_usd is not None and priced:
-        ax.axhline(budget_usd / 1e6, color="tab:orange", lw=1, ls=":", label=f"budget ${budget_usd / 1e6:g}M")
+        ax.axhline(budget_usd / 1e6, color="tab:orange", lw=1, ls=":", label=f"budget {dollars(budget_usd)}")
     days = [p.wall_days for p in points]
     if days and max(days) > 8 * min(days):
         ax.set_xscale("log")
     ax.set_xlabel("wall-clock days (failures and checkpoints included)")
     ax.set_ylabel("cost, $M" if priced else "GPU-hours, millions")
-    ax.set_title(f"{report.tokens / 1e12:g}T tokens: days vs {'cost' if priced else 'GPU-hours'} per GPU count and batch")
+    ax.set_title(f"{human_count(report.tokens)} tokens: days vs {'cost' if priced else 'GPU-hours'} per GPU count and batch")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.errors import InputError
+from autopar.report import dollars, human_count
 from solvers.plan_points import PlanPoint
 
 OBJECTIVES = ("time", "cost", "energy")
@@ -64,8 +65,8 @@ def choose(points: list[PlanPoint], c: Constraints) -> tuple[int | None, str]:
 
 
 def _describe(p: PlanPoint) -> str:
-    money = f"${p.cost_usd / 1e6:,.2f}M" if p.cost_usd is not None else f"{p.gpu_hours / 1e6:,.2f}M GPU-hours"
-    return f"{p.gpus:,} GPUs x {p.global_batch_tokens / 2**20:g}M-token batch: {p.wall_days:.1f} days, {money}"
+    money = dollars(p.cost_usd) if p.cost_usd is not None else f"{human_count(p.gpu_hours)} GPU-hours"
+    return f"{p.gpus:,} GPUs x {human_count(p.global_batch_tokens, binary=True)}-token batch: {p.wall_days:.1f} days, {money}"
 
 
 def _unmet(points, ok, in_time, in_budget, c: Constraints) -> InputError:
@@ -129,9 +130,9 @@ def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float, what: str) -> list[st
              f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd is not None else 'GPU-hours'} {money:+.0f}%"]
     per_gpu_a, per_gpu_b = a.global_batch_tokens / a.gpus, b.global_batch_tokens / b.gpus
     need = b.compute_bound_batch_tokens
-    lines.append(f"  batch cap: the critical batch holds the global batch at <= {cap_tokens / 1e6:.1f}M tokens, so tokens per GPU fall "
+    lines.append(f"  batch cap: the critical batch holds the global batch at <= {human_count(cap_tokens)} tokens, so tokens per GPU fall "
                  f"{per_gpu_a:,.0f} -> {per_gpu_b:,.0f}; data parallelism over {b.gpus:,} GPUs is compute-bound only from "
-                 f"{need / 1e6:.1f}M tokens ({need / b.gpus:,.0f} per GPU, seed 001 B/X > C/W)")
+                 f"{human_count(need)} tokens ({need / b.gpus:,.0f} per GPU, seed 001 B/X > C/W)")
     lines.append(f"  bubble: {100 * a.bubble_share:.0f}% -> {100 * b.bubble_share:.0f}% of the step; exposed communication: "
                  f"{100 * a.comm_share:.0f}% -> {100 * b.comm_share:.0f}%; MFU {100 * a.mfu:.0f}% -> {100 * b.mfu:.0f}%")
     lines.append(f"  failures: job MTBF {a.mtbf_hours:.1f} -> {b.mtbf_hours:.1f} h, goodput {100 * a.goodput:.1f}% -> {100 * b.goodput:.1f}% "

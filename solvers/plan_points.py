@@ -24,6 +24,7 @@ from autopar.cost.goodput import (
     step_power_watts,
 )
 from autopar.errors import InputError
+from autopar.report import human_count
 from autopar.specs.costparams import CostParams
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import ClusterSpec
@@ -154,7 +155,7 @@ def price_point(ctx: PointContext, ranked: list[tuple[Plan, Estimate]],
         train = sum(phase / best[b].tokens_per_second for b, phase in _phases(ctx))
         point = _priced(ctx, base, final, train)
         point.note = "ramp-up phases at their own layouts: " + "; ".join(
-            f"{b / 2**20:g}M: {ramp_best[b].plan}" for b, _ in ctx.fleet.ramp)
+            f"{human_count(b, binary=True)}: {ramp_best[b].plan}" for b, _ in ctx.fleet.ramp)
         return point
     base.note = f"none of the top {len(ranked)} layouts runs every ramp-up batch, and no layout fits one of them"
     return base

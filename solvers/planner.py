@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopar.cost.flops import embedding_params, model_flops_per_token
 from autopar.cost.roofline import critical_batch_size, deepseek_optimal_batch_tokens, dp_compute_bound_batch_tokens, scaled_learning_rate
 from autopar.errors import InputError
+from autopar.report import human_count
 from autopar.space import SpaceOptions, candidate_space
 from autopar.specs.costparams import params_for_cluster
 from autopar.specs.estimate import Estimate
@@ -101,7 +102,7 @@ def critical_batch(req: PlanRequest) -> tuple[float, str]:
     m = nonembedding_flops_per_token(req.model, req.seq_len)
     c = m * req.tokens
     return deepseek_optimal_batch_tokens(c), (f"DeepSeek LLM (arXiv 2401.02954) sec. 3.1 B_opt = 0.2920 C^0.3271 with C = M D = "
-                                             f"{m:.3g} FLOPs/token x {req.tokens:.3g} tokens = {c:.3g} FLOPs")
+                                             f"{m:.3g} FLOPs/token x {human_count(req.tokens)} tokens = {c:.3g} FLOPs")
 
 
 def batch_grid(cap_tokens: float, seq_len: int, count: int) -> list[int]:

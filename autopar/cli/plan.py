@@ -111,10 +111,6 @@ def parse_ramp(text: str | None, seq_len: int) -> tuple[tuple[int, float], ...]:
     return tuple(steps)
 
 
-def _money(usd: float | None) -> str:
-    return "-" if usd is None else f"${usd / 1e6:,.2f}M"
-
-
 def _cell(value: float | None, fmt: str, width: int) -> str:
     return f"{'-' if value is None else format(value, fmt):>{width}}"
 
@@ -124,23 +120,27 @@ def _scaled(value: float | None, factor: float) -> float | None:
 
 
 def table(report: PlanReport) -> str:
-    head = (f"{'':2}{'GPUs':>7} {'batch':>7} {'step s':>8} {'MFU %':>6} {'goodput':>8} {'days':>7} {'M GPU-h':>8} {'cost':>10} "
+    from autopar.report import dollars, human_count
+
+    head = (f"{'':2}{'GPUs':>7} {'batch':>7} {'step s':>8} {'MFU %':>6} {'goodput':>8} {'days':>7} {'GPU-h':>8} {'cost':>10} "
             f"{'MWh':>8} {'ckpt m':>7}  layout")
     lines = [head]
     for i, p in enumerate(report.points):
         mark = (">" if i == report.chosen else " ") + ("*" if p.pareto else " ")
         layout = p.plan if p.plan is not None else f"({p.note})"
         lines.append(" ".join([
-            f"{mark}{p.gpus:>7,}", f"{p.global_batch_tokens / 2**20:>6g}M", _cell(p.step_seconds, ".2f", 8),
+            f"{mark}{p.gpus:>7,}", f"{human_count(p.global_batch_tokens, binary=True):>7}", _cell(p.step_seconds, ".2f", 8),
             _cell(_scaled(p.mfu, 100), ".1f", 6), _cell(_scaled(p.goodput, 100), ".1f", 7) + "%", _cell(p.wall_days, ".1f", 7),
-            _cell(_scaled(p.gpu_hours, 1e-6), ".3f", 8), f"{_money(p.cost_usd):>10}", _cell(p.energy_mwh, ",.0f", 8),
+            f"{'-' if p.gpu_hours is None else human_count(p.gpu_hours):>8}", f"{dollars(p.cost_usd):>10}", _cell(p.energy_mwh, ",.0f", 8),
             _cell(_scaled(p.checkpoint_interval_seconds, 1 / 60), ".0f", 7), f" {layout}"]))
     lines.append("  * Pareto front (days vs cost)   > chosen   ckpt m = Young-Daly checkpoint interval, minutes")
     return "\n".join(lines)
 
 
 def summary(report: PlanReport) -> list[str]:
-    lines = [f"critical batch: {report.critical_batch_tokens / 1e6:,.1f}M tokens ({report.critical_batch_source})"]
+    from autopar.report import dollars, human_count
+
+    lines = [f"critical batch: {human_count(report.critical_batch_tokens)} tokens ({report.critical_batch_source})"]
     if report.learning_rate_rule:
         lines.append(f"learning rate: {report.learning_rate_rule}")
     if report.chosen is None:
@@ -148,7 +148,7 @@ def summary(report: PlanReport) -> list[str]:
         return lines + report.explanation
     p = report.points[report.chosen]
     lines.append(f"chosen ({report.objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
-                 f"{p.gpu_hours / 1e6:,.2f}M GPU-hours, {_money(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
+                 f"{human_count(p.gpu_hours)} GPU-hours, {dollars(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
     lines.append(f"  layout {p.plan}")
     lines.append(f"  step {p.step_seconds:.2f} s, MFU {100 * p.mfu:.1f}%; job MTBF {p.mtbf_hours:.2f} h; checkpoint ({p.checkpoint_write_seconds:.0f} s "
                  f"to write) every {p.checkpoint_interval_seconds / 60:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval); "
@@ -157,7 +157,7 @@ def summary(report: PlanReport) -> list[str]:
         lines.append(f"  {p.note}")
     if p.learning_rate is not None:
         lines.append(f"  learning rate {p.learning_rate:.3g}")
-    lines.append(f"  data parallelism over {p.gpus:,} GPUs is compute-bound from {p.compute_bound_batch_tokens / 1e6:.1f}M tokens of batch "
+    lines.append(f"  data parallelism over {p.gpus:,} GPUs is compute-bound from {human_count(p.compute_bound_batch_tokens)} tokens of batch "
                  f"(N x C/W, seed 001)")
     return lines + report.explanation
 
@@ -220,6 +220,7 @@ def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
          extrapolate_fabric, workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
+    from autopar.report import human_count, plural
     from solvers.planner import run_plan
 
     request = build_request(**locals())
@@ -231,8 +232,8 @@ def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_
         click.echo(dump_json(report.model_dump(mode="json")), nl=False)
         return
     model, cluster = request.model, request.cluster
-    click.echo(f"{model.name} on {cluster.name} ({cluster.gpu.name}), {report.tokens / 1e12:g}T tokens, seq {seq_len}, {precision}; "
-               f"{len(report.points)} points planned in {report.seconds:.1f} s")
+    click.echo(f"{model.name} on {cluster.name} ({cluster.gpu.name}), {human_count(report.tokens)} tokens, seq {seq_len}, {precision}; "
+               f"{plural(len(report.points), 'point')} planned in {report.seconds:.1f} s")
     click.echo(table(report))
     click.echo("")
     click.echo("\n".join(summary(report)))

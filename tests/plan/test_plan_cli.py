@@ -225,3 +225,49 @@ def test_critical_batch_is_capped_at_the_run():
                        "--critical-batch-tokens", "2T", "--batches", "1"])
     assert report["critical_batch_tokens"] == 1e12 and "capped at the run's" in report["critical_batch_source"]
     assert report["points"] and all(p["global_batch_tokens"] <= 1e12 for p in report["points"])
+
+
+def test_counts_print_in_human_units():
+    """A 10M-token run: the header printed '1e-05T tokens' and '1 points', the batch column
+    '0.125M', GPU-hours '0.000' millions and the cost '$0.00M'. Now: 10M tokens, 1 point, a
+    128K-token batch (2**17: 16 sequences of 8,192), hundreds of GPU-hours and cents in dollars."""
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "10M", "--seq-len", "8192", "--gpus", "64",
+             "--checkpoint-write-seconds", "60"])
+    assert r.exit_code == 0, r.output
+    head, columns, row = r.stdout.splitlines()[:3]
+    assert ", 10M tokens, seq 8192, bf16; 1 point planned in " in head
+    assert columns.split()[:2] == ["GPUs", "batch"] and "GPU-h" in columns.split() and "M GPU-h" not in columns
+    assert row.split()[2] == "128K"
+    p = run_json(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "10M", "--seq-len", "8192", "--gpus", "64",
+                  "--checkpoint-write-seconds", "60"])["points"][0]
+    assert p["global_batch_tokens"] == 2**17 and p["gpu_hours"] < 1 and p["cost_usd"] < 10
+    assert f" ${p['cost_usd']:.3g} " in row
+    assert "x 10M tokens = 4.83e+17 FLOPs" in r.stdout  # FLOPs alone stay in scientific notation
+    assert not re.search(r"\d[eE][+-]\d", re.sub(r"[\d.]+e\+\d+ FLOPs", "", r.stdout)), r.stdout
+
+
+def test_a_batch_near_the_whole_run_prints_in_its_unit():
+    """A 768G-token batch (96 x 2**33, under a 1T critical batch) printed as '786432M'; the
+    1e12-token critical batch as '1,000,000.0M'."""
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "8192", "--gpus", "64",
+             "--critical-batch-tokens", "2T", "--batches", "1", "--checkpoint-write-seconds", "60"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[2].split()[2] == "768G"
+    assert "critical batch: 1T tokens (" in r.stdout
+
+
+@pytest.mark.parametrize("value, binary, text", [
+    (1e7, False, "10M"), (1.048576e12, False, "1.05T"), (15e12, False, "15T"), (512, False, "512"), (999_600, False, "1M"),
+    (40.5e6, False, "40.5M"), (2**17, True, "128K"), (2**40, True, "1T"), (1.5 * 2**20, True, "1.5M"), (1000 * 2**10, True, "0.977M"),
+])
+def test_human_count(value, binary, text):
+    from autopar.report import human_count
+
+    assert human_count(value, binary=binary) == text
+
+
+def test_dollars_and_plural():
+    from autopar.report import dollars, plural
+
+    assert [dollars(x) for x in (0.834, 73_700, 5.123e6, 1.2e9, None)] == ["$0.834", "$73.7K", "$5.12M", "$1.2B", "-"]
+    assert [plural(1, "point"), plural(2, "point"), plural(1024, "GPU")] == ["1 point", "2 points", "1,024 GPUs"]
