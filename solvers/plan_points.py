@@ -101,8 +101,9 @@ def write_seconds(ctx: PointContext) -> float:
     return seconds
 
 
-def reliability(ctx: PointContext, checkpoint_seconds: float) -> Goodput:
-    return goodput(checkpoint_seconds, cluster_job_mtbf_seconds(ctx.cluster, ctx.fleet.mtbf_hours_per_gpu), ctx.fleet.restart_seconds)
+def reliability(ctx: PointContext, checkpoint_seconds: float, train_seconds: float | None = None) -> Goodput:
+    return goodput(checkpoint_seconds, cluster_job_mtbf_seconds(ctx.cluster, ctx.fleet.mtbf_hours_per_gpu), ctx.fleet.restart_seconds,
+                   train_seconds=train_seconds)
 
 
 def _phases(ctx: PointContext):
@@ -163,7 +164,7 @@ def price_point(ctx: PointContext, ranked: list[tuple[Plan, Estimate]],
 
 def _priced(ctx: PointContext, point: PlanPoint, est: Estimate, train_seconds: float) -> PlanPoint:
     point.checkpoint_write_seconds = write_seconds(ctx)
-    shares = reliability(ctx, point.checkpoint_write_seconds)
+    shares = reliability(ctx, point.checkpoint_write_seconds, train_seconds)
     step = est.step_seconds
     point.plan, point.step_seconds, point.mfu, point.tokens_per_second = est.plan, step, est.mfu, est.tokens_per_second
     point.bottleneck = est.bottleneck.value

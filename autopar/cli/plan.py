@@ -150,9 +150,12 @@ def summary(report: PlanReport) -> list[str]:
     lines.append(f"chosen ({report.objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
                  f"{human_count(p.gpu_hours)} GPU-hours, {dollars(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
     lines.append(f"  layout {p.plan}")
+    train_minutes, every = p.train_days * 1440, p.checkpoint_interval_seconds / 60
+    when = (f" every {every:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval)" if train_minutes >= every else
+            f": none periodic, the run trains {train_minutes:.1f} min, less than one {every:.1f}-min interval")
     lines.append(f"  step {p.step_seconds:.2f} s, MFU {100 * p.mfu:.1f}%; job MTBF {p.mtbf_hours:.2f} h; checkpoint ({p.checkpoint_write_seconds:.0f} s "
-                 f"to write) every {p.checkpoint_interval_seconds / 60:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval); "
-                 f"checkpoint tax {100 * p.checkpoint_tax:.1f}%, restarts {100 * p.restart_share:.1f}%, goodput {100 * p.goodput:.1f}%")
+                 f"to write){when}; checkpoint tax {100 * p.checkpoint_tax:.1f}%, restarts {100 * p.restart_share:.1f}%, "
+                 f"goodput {100 * p.goodput:.1f}%")
     if p.note:
         lines.append(f"  {p.note}")
     if p.learning_rate is not None:

@@ -83,6 +83,7 @@ class Goodput:
     rework_share: float  # tau / (2 M): the half interval redone after each failure
     restart_share: float  # R / M
     mtbf_seconds: float
+    periodic: bool = True  # False: the run is shorter than one interval and writes no periodic checkpoint
 
     @property
     def checkpoint_tax(self) -> float:
@@ -96,9 +97,17 @@ class Goodput:
 
 
 def goodput(checkpoint_write_seconds: float, mtbf_seconds: float, restart_seconds: float,
-            interval_seconds: float | None = None) -> Goodput:
-    """Young-Daly interval (unless given) and the shares of wall time it leaves to training."""
+            interval_seconds: float | None = None, train_seconds: float | None = None) -> Goodput:
+    """Young-Daly interval (unless given) and the shares of wall time it leaves to training;
+    `train_seconds` (the run's training time) when known, for runs shorter than one interval."""
     tau = interval_seconds if interval_seconds is not None else optimal_checkpoint_interval_seconds(checkpoint_write_seconds, mtbf_seconds)
+    if train_seconds is not None and train_seconds < tau:
+        # T_w / tau + tau / (2 M) prices a checkpoint every tau of a run many intervals long. A
+        # run of T < tau training seconds reaches no interval: it writes no periodic checkpoint
+        # (at most the final save, which every run writes and which T_w / tau does not charge a
+        # long run either), so no write time; a failure sends it back to its start, losing on
+        # average half the run: rework T / (2 M) at first order, less than tau / (2 M).
+        return Goodput(tau, 0.0, train_seconds / (2 * mtbf_seconds), restart_seconds / mtbf_seconds, mtbf_seconds, periodic=False)
     write = checkpoint_write_seconds / tau
     rework = checkpoint_tax(tau, checkpoint_write_seconds, mtbf_seconds) - write
     return Goodput(tau, write, rework, restart_seconds / mtbf_seconds, mtbf_seconds)

@@ -56,6 +56,24 @@ def test_restarts_cost_their_share_of_failures():
     assert g.goodput == pytest.approx(1 - 0.058424 - 0.003413, abs=1e-5)
 
 
+def test_a_run_shorter_than_one_interval_writes_no_periodic_checkpoint():
+    # 1,024 GPUs at 50,000 h: M = 50,000 x 3,600 / 1,024 = 175,781.25 s; a 5 min write gives
+    # tau = sqrt(2 x 300 x 175,781.25) = 10,269.8 s (171.2 min). A 1-hour run (3,600 s < tau)
+    # writes no checkpoint: write share 0, and a failure loses on average half the run, rework
+    # 3,600 / (2 x 175,781.25) = 0.010240 -- not the long run's 300 / 10,269.8 + 10,269.8 /
+    # 351,562.5 = 0.029212 + 0.029212 = 5.84%. Restarts 600 / 175,781.25 = 0.003413, so
+    # goodput = 1 - 0.010240 - 0.003413 = 0.986347
+    mtbf = job_mtbf_seconds(1024, 50_000)
+    g = goodput(300, mtbf, restart_seconds=600, train_seconds=3600)
+    assert g.interval_seconds == pytest.approx(10_269.8, abs=0.1)
+    assert not g.periodic and g.checkpoint_write_share == 0
+    assert g.checkpoint_tax == pytest.approx(0.010240, abs=1e-6)
+    assert g.goodput == pytest.approx(0.986347, abs=1e-6)
+    # a run of ten intervals pays the long-run tax
+    long = goodput(300, mtbf, restart_seconds=600, train_seconds=10 * g.interval_seconds)
+    assert long.periodic and long.checkpoint_tax == pytest.approx(0.058424, abs=1e-6)
+
+
 def test_node_and_switch_failures_add_rates():
     # 1/M = 1024/50,000 h + 128/100,000 h + 48/200,000 h = 0.02048 + 0.00128 + 0.00024 per hour
     m = job_mtbf_seconds(1024, 50_000, num_nodes=128, mtbf_hours_per_node=100_000, num_switches=48, mtbf_hours_per_switch=200_000)

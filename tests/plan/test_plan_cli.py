@@ -271,3 +271,19 @@ def test_dollars_and_plural():
 
     assert [dollars(x) for x in (0.834, 73_700, 5.123e6, 1.2e9, None)] == ["$0.834", "$73.7K", "$5.12M", "$1.2B", "-"]
     assert [plural(1, "point"), plural(2, "point"), plural(1024, "GPU")] == ["1 point", "2 points", "1,024 GPUs"]
+
+
+def test_a_run_shorter_than_one_checkpoint_interval_pays_no_checkpoint_tax():
+    """10M tokens on 64 GPUs at 50,000 h per GPU: M = 50,000 x 3,600 / 64 = 2,812,500 s and a 300 s
+    write give tau = sqrt(2 x 300 x 2,812,500) = 41,079 s (684.7 min); the run trains ~15 s, so it
+    writes no periodic checkpoint. The tax was T_w / tau + tau / (2 M) = 0.73% + 0.73% = 1.46%;
+    now only the rework of a failure, half the run: T / (2 M) = 15 / 5,625,000, about 3e-6."""
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "10M", "--seq-len", "8192", "--gpus", "64",
+            "--mtbf-hours-per-gpu", "50000", "--checkpoint-write-seconds", "300", "--restart-seconds", "0"]
+    p = run_json(args)["points"][0]
+    train, mtbf = p["train_days"] * 86400, 50_000 * 3600 / 64
+    assert p["checkpoint_interval_seconds"] == pytest.approx(math.sqrt(2 * 300 * mtbf)) and train < p["checkpoint_interval_seconds"]
+    assert p["checkpoint_tax"] == pytest.approx(train / (2 * mtbf)) and p["goodput"] == pytest.approx(1 - train / (2 * mtbf))
+    assert p["wall_days"] == pytest.approx(p["train_days"] / p["goodput"])
+    line = next(l for l in run(args).stdout.splitlines() if l.startswith("  step "))
+    assert "checkpoint (300 s to write): none periodic, the run trains 0.3 min, less than one 684.7-min interval; checkpoint tax 0.0%" in line
