@@ -10,21 +10,21 @@ COUNT_UNITS = ("", "K", "M", "G", "T", "P")  # the suffixes autopar reads back (
 MONEY_UNITS = ("", "K", "M", "B", "T")  # dollars: $1.2B, as --budget reads it
 
 
-def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COUNT_UNITS) -> str:
-    """A count or size for people: three significant digits in the unit that leaves 1 to 999
+def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COUNT_UNITS, digits: int = 3) -> str:
+    """A count or size for people: `digits` significant digits in the unit that leaves 1 to 999
     of it (10M, 1.05T, 512, 128K), never %g's 1e-05T or 1.04858e+06M. binary=True steps by
     1,024, as batches in tokens are read (16M = 2**24 tokens, --global-batch-tokens)."""
     base = 1024.0 if binary else 1000.0
     scaled, unit = float(value), 0
     # up while the rounded value has four digits: 999,600 is 1M, not 1e+03K; 1,000 x 2**10 is 0.977M
-    while unit < len(units) - 1 and abs(float(f"{scaled:.3g}")) >= 1000:
+    while unit < len(units) - 1 and abs(float(f"{scaled:.{digits}g}")) >= 1000:
         scaled, unit = scaled / base, unit + 1
-    return f"{scaled:{',.0f' if abs(scaled) >= 1000 else '.3g'}}{units[unit]}"
+    return f"{scaled:{',.0f' if abs(scaled) >= 1000 else f'.{digits}g'}}{units[unit]}"
 
 
-def dollars(usd: float | None) -> str:
+def dollars(usd: float | None, digits: int = 3) -> str:
     """$70.2K, $5.12M, $1.2B; '-' when the cluster has no price."""
-    return "-" if usd is None else "$" + human_count(usd, units=MONEY_UNITS)
+    return "-" if usd is None else "$" + human_count(usd, units=MONEY_UNITS, digits=digits)
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:

@@ -19,15 +19,25 @@ class Objective(str, Enum):
     """US dollars per million tokens (step time x GPUs x price per GPU-hour)."""
 
 
+def check_objective(cluster, objective: Objective) -> None:
+    """The cost objective needs the cluster's price: refused by name when the file gives none."""
+    if objective == Objective.cost and cluster.price_usd_per_gpu_hour is None:
+        from autopar.errors import InputError
+
+        raise InputError("objective", objective.value, f"cluster {cluster.name} has no price_usd_per_gpu_hour; "
+                         "set it in the cluster file or rank by --objective throughput")
+
+
+def step_cost_usd(cluster, step_seconds):
+    """US dollars of one optimizer step: every GPU of the job for the step at the price per GPU-hour."""
+    return step_seconds * cluster.num_gpus * cluster.price_usd_per_gpu_hour / 3600
+
+
 def objective_values(batch: Batch, step_seconds: np.ndarray, objective: Objective) -> np.ndarray:
     if objective == Objective.throughput:
         return step_seconds
-    price = batch.cluster.price_usd_per_gpu_hour
-    if price is None:
-        from autopar.errors import InputError
-
-        raise InputError("objective", objective.value, f"cluster {batch.cluster.name} has no price_usd_per_gpu_hour")
-    return step_seconds * batch.cluster.num_gpus * price / 3600 / batch.training.tokens_per_step * 1e6
+    check_objective(batch.cluster, objective)
+    return step_cost_usd(batch.cluster, step_seconds) / batch.training.tokens_per_step * 1e6
 
 
 def rank_order(values: np.ndarray, memory_bytes: np.ndarray) -> np.ndarray:

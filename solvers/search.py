@@ -25,7 +25,7 @@ from autopar.specs.plan import Plan
 from autopar.specs.results import Inputs, RankedPlan, Results, SearchInfo
 from autopar.specs.training import TrainingSpec
 from solvers import cpsat, exhaustive
-from solvers.base import Objective, Ranking
+from solvers.base import Objective, Ranking, check_objective
 from solvers.stage_search import PerStageOptions, per_stage_plans
 
 EXHAUSTIVE_MAX_ROWS = 2_000_000  # solver=auto: above this the oracle is too slow; use CP-SAT
@@ -86,6 +86,7 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
         raise InputError("top", req.top_k, f"must be a positive integer at most {MAX_TOP_K}")
     if req.plan_filter is not None:  # every launcher needs the table >= seq_len: refuse now, not after 20,000 plans
         req.model.check_positions(req.training.seq_len, req.filter_name)
+    check_objective(req.cluster, req.objective)  # before the search, not after it
     start = time.perf_counter()
     batch = _batch(req)
     if len(batch.tab) == 0:

@@ -60,17 +60,23 @@ def _fmt_gb(x: float) -> str:
     return f"{x / 1e9:.1f}"
 
 
-def _table(output, references: list[str]) -> str:
+def _table(output, references: list[str], objective: str = "throughput") -> str:
     from autopar.cli.explain import variant_hint, why_best
+    from autopar.report import dollars
     from autopar.specs.hardware import gb_gib
+    from solvers.base import step_cost_usd
 
     res = output.results
-    hbm = res.inputs.cluster.gpu.hbm_bytes
-    lines = [f"{'rank':>4} {'step s':>9} {'tokens/s':>12} {'MFU':>6} {f'mem/{_fmt_gb(hbm)} GB':>11} {'bottleneck':<13} plan"]
+    cluster = res.inputs.cluster
+    hbm = cluster.gpu.hbm_bytes
+    priced = objective == "cost"  # the search refused a cluster without a price
+    lines = [f"{'rank':>4} {'step s':>9} {'tokens/s':>12} {'MFU':>6} {f'mem/{_fmt_gb(hbm)} GB':>11} "
+             + (f"{'$/step':>9} " if priced else "") + f"{'bottleneck':<13} plan"]
     for rank, rp in enumerate(res.plans, 1):
         e = rp.estimate
+        cost = f"{dollars(step_cost_usd(cluster, e.step_seconds), digits=4):>9} " if priced else ""  # ranks differ in cents
         lines.append(f"{rank:>4} {e.step_seconds:9.3f} {e.tokens_per_second:12,.0f} {100 * e.mfu:5.1f}% "
-                     f"{_fmt_gb(e.memory_bytes_per_gpu):>11} {e.bottleneck.value:<13} {e.plan}")
+                     f"{_fmt_gb(e.memory_bytes_per_gpu):>11} {cost}{e.bottleneck.value:<13} {e.plan}")
         if rp.equal_cost_variants:
             n = len(rp.equal_cost_variants)
             lines.append(f"{'':>4} {'':>9} (+{n} equal-cost variant{'s' if n > 1 else ''}: {variant_hint(rp)}; all in --json)")
@@ -89,12 +95,27 @@ def _table(output, references: list[str]) -> str:
         lines.append("  where the step goes: " + ", ".join(f"{k} {100 * v / best.step_seconds:.0f}%" for v, k in top))
         lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {gb_gib(hbm)} HBM per GPU "
                      f"({100 * best.memory_bytes_per_gpu / hbm:.0f}%)")
+        if priced:
+            lines.append(_cost_line(best, cluster, res.inputs.training))
         if best.validated is not None:
             from autopar.report import trust_line
             lines.append(f"  validated: {trust_line(best.validated)}")
         if len(res.plans) > 1:
             lines += why_best(res.plans[0], res.plans[1])
     return "\n".join(lines)
+
+
+def _cost_line(best, cluster, training) -> str:
+    """What the best plan costs: per step, per million tokens and, with target tokens, the run."""
+    from autopar.report import dollars, human_count
+    from solvers.base import step_cost_usd
+
+    step = step_cost_usd(cluster, best.step_seconds)
+    line = (f"  cost: {dollars(step, digits=4)} per step, {dollars(step / training.tokens_per_step * 1e6)} per million tokens "
+            f"({cluster.num_gpus:,} GPUs x ${cluster.price_usd_per_gpu_hour:,.2f} per GPU-hour)")
+    if best.cost_usd is not None:
+        line += f"; {dollars(best.cost_usd)} to train {human_count(training.target_tokens)} tokens"
+    return line
 
 
 def _reference_line(plan, model, cluster, training, output) -> str:
@@ -242,7 +263,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     else:
         click.echo(f"{model.name} on {cluster.name} ({cluster.num_gpus} x {cluster.gpu.name}), seq {training.seq_len}, "
                    f"batch {training.global_batch_size} x {training.seq_len} tokens, {training.precision_label}")
-        click.echo(_table(output, lines))
+        click.echo(_table(output, lines, objective))
         if out:
             click.echo(f"results written to {out}", err=True)
         for path in written:

@@ -288,3 +288,45 @@ def test_framework_constrains_the_search(tmp_path):
         assert plan["tp"] == 1 and plan["schedule"] in (None, "1f1b") and (plan["cp"] == 1 or plan["cp_algo"] == "ulysses")
     assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 512
     assert run(args + ["--framework", "megatron", "--emit", "deepspeed"]).stderr.startswith("Error: framework='megatron': differs from --emit")
+
+
+def test_cost_objective_prints_dollars():
+    """--objective cost ranks by dollars per million tokens but printed none. Now: a $/step column
+    and the best plan's cost, step x 16 GPUs x $3.00 per GPU-hour (dgx-h100) / 3,600 s; per
+    million tokens that over the 64 x 8,192 = 524,288 tokens of a step, x 1e6."""
+    from autopar.report import dollars
+
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "8192", "--global-batch", "64", "--top", "3",
+            "--objective", "cost"]
+    r = run(args)
+    assert r.exit_code == 0, r.output
+    steps = [p["estimate"]["step_seconds"] for p in json.loads(run(args + ["--json"]).stdout)["plans"]]
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[:7] == ["rank", "step", "s", "tokens/s", "MFU", "mem/85.5", "GB"] and lines[1].split()[7] == "$/step"
+    rows = [l.split() for l in lines[2:] if l[:4].strip().isdigit()]
+    assert [row[5] for row in rows] == [dollars(s * 16 * 3.00 / 3600, digits=4) for s in steps]
+    best = steps[0] * 16 * 3.00 / 3600
+    assert (f"  cost: {dollars(best, digits=4)} per step, {dollars(best / 524_288 * 1e6)} per million tokens "
+            "(16 GPUs x $3.00 per GPU-hour)") in lines
+    assert "$/step" not in run(args[:-2]).stdout  # the throughput objective prints no dollars
+
+
+def test_cost_of_the_run_when_its_tokens_are_known():
+    # target tokens 1T: 1e12 / tokens per second x 16 GPUs x $3.00 per GPU-hour / 3,600 s
+    from autopar.cli.search import _cost_line
+    from autopar.report import dollars
+
+    cluster = load_cluster("dgx-h100").with_gpus(16)
+    training = TrainingSpec(seq_len=8192, global_batch_size=64, target_tokens=1e12)
+    est = estimate(load_model("llama3-8b"), cluster, training, parse_plan("tp=1,pp=1,dp=16,zero=1,recompute=full"))
+    run_usd = 1e12 / est.tokens_per_second * 16 * 3.00 / 3600
+    assert est.cost_usd == pytest.approx(run_usd)
+    assert _cost_line(est, cluster, training).endswith(f"; {dollars(run_usd)} to train 1T tokens")
+
+
+@pytest.mark.parametrize("solver", ["exhaustive", "cpsat"])
+def test_cost_objective_without_a_price_is_refused_by_name(solver):
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-a100-40gb", "--gpus", "16", "--seq-len", "2048", "--global-batch", "64",
+             "--objective", "cost", "--solver", solver])
+    assert r.exit_code == 1 and r.output.strip() == ("Error: objective='cost': cluster dgx-a100-40gb has no price_usd_per_gpu_hour; "
+                                                     "set it in the cluster file or rank by --objective throughput")
