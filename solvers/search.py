@@ -124,10 +124,15 @@ def run_search(req: SearchRequest, progress: Callable[[int, int], None] | None =
 
 def _with_per_stage(req: SearchRequest, batch: Batch, ranking: Ranking, plans: list[RankedPlan]):
     """The per-stage solves merged into the distinct plans; a per-stage plan the plan filter
-    refuses (the framework cannot express its layout) is left out."""
+    refuses (the framework cannot express its layout) is left out, and its solve says so
+    (status REFUSED: refused by a rule, not short of memory)."""
     merged, info = per_stage_plans(batch, ranking, plans, len(plans) + req.per_stage.max_cores, req.per_stage)
     if req.plan_filter is not None:
-        merged = [rp for rp in merged if rp in plans or req.plan_filter(rp.plan, rp.estimate) is None]
+        refused = {rp.estimate.plan: why for rp in merged if rp not in plans and (why := req.plan_filter(rp.plan, rp.estimate))}
+        merged = [rp for rp in merged if rp.estimate.plan not in refused]
+        for solve in info.solves:
+            if solve.plan in refused:
+                solve.status, solve.reason = "REFUSED", f"{req.filter_name or 'the plan filter'} refuses it: {refused[solve.plan]}"
     return merged[:req.top_k], info
 
 

@@ -292,5 +292,7 @@ def _check(sol: StageSolution, model, cluster, training, params) -> None:
     sol.agreement = abs(est.step_seconds - sol.step_seconds) / sol.step_seconds
     if sol.agreement > AGREEMENT_RTOL:
         sol.status, sol.reason = "REFUSED", f"the cost model re-costs the plan at {est.step_seconds:.6f} s, the solver said {sol.step_seconds:.6f} s"
-    elif not est.feasible:
-        sol.status, sol.reason = "REFUSED", "; ".join(est.reasons)
+    elif not est.feasible:  # INFEASIBLE when it does not fit in memory, as when no layout fits; REFUSED when it breaks a rule
+        host = est.host_memory_capacity_bytes is not None and est.host_memory_bytes_per_gpu > est.host_memory_capacity_bytes
+        memory = est.memory_bytes_per_gpu > est.memory_capacity_bytes or host
+        sol.status, sol.reason = "INFEASIBLE" if memory else "REFUSED", "; ".join(est.reasons)

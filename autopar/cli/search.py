@@ -155,13 +155,22 @@ def _stages_line(e) -> str:
 
 def _per_stage_line(info) -> str:
     """What the per-stage solves did, and the largest gain over a core's balanced plan."""
+    from solvers.stage_search import SOLVED
+
     if info is None:
         return "per-stage: off"
-    found = [s for s in info.solves if s.step_seconds is not None]
+    found = [s for s in info.solves if s.status in SOLVED and s.step_seconds is not None]
     proved = sum(s.status == "OPTIMAL" for s in found)
     compared = [s for s in found if s.balanced_fits]
-    head = (f"per-stage: {len(info.solves)} cores in {info.seconds:.2f} s ({proved} proved optimal, "
-            f"{len(info.solves) - len(found)} without a plan that fits, {info.cores_skipped} skipped by the time budget)")
+    # a core refused by a rule (the per-stage model's, a re-costing that disagrees, the framework's)
+    # is not one that did not fit in memory (CP-SAT INFEASIBLE: the layer bounds always hold the
+    # balanced split, so only the memory constraint can leave no layout)
+    refused = sum(s.status == "REFUSED" for s in info.solves)
+    no_fit = sum(s.status == "INFEASIBLE" for s in info.solves)
+    unsolved = len(info.solves) - len(found) - refused - no_fit  # UNKNOWN: no layout found within the time limit
+    head = (f"per-stage: {len(info.solves)} cores in {info.seconds:.2f} s ({proved} proved optimal, {refused} refused by rules, "
+            f"{no_fit} did not fit in memory, " + (f"{unsolved} unsolved in the time limit, " if unsolved else "")
+            + f"{info.cores_skipped} skipped by the time budget)")
     if not compared:
         return head
     top = min(compared, key=lambda s: (s.step_seconds / s.balanced_step_seconds, s.step_seconds))

@@ -42,7 +42,8 @@ class StageSolve(BaseModel):
     balanced_step_seconds: float = Field(description="Predicted step of balanced_plan, seconds")
     balanced_fits: bool = Field(description="balanced_plan fits in memory (false: a core taken because it would be fast if it fit)")
     status: str = Field(description="OPTIMAL (proved) | FEASIBLE (gap > 0) | BALANCED (the balanced plan, outside the per-stage "
-                        "domain, is faster; see reason) | INFEASIBLE | UNKNOWN | REFUSED")
+                        "domain, is faster; see reason) | INFEASIBLE (no layout fits in memory) | UNKNOWN (none found in the "
+                        "time limit) | REFUSED (breaks a rule: the per-stage model's, the cost model's or the --framework's; see reason)")
     gap: float | None = Field(description="Relative gap between the solution and the solver's bound; 0 when proved")
     seconds: float = Field(description="Wall time of the cost-model tables and the CP-SAT solve")
     agreement: float | None = Field(description="|re-costed step - solver's step| / solver's step")

@@ -287,6 +287,16 @@ def test_framework_constrains_the_search(tmp_path):
         plan = p["plan"]
         assert plan["tp"] == 1 and plan["schedule"] in (None, "1f1b") and (plan["cp"] == 1 or plan["cp_algo"] == "ulysses")
     assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 512
+    # the per-stage solves of interleaved cores find plans DeepSpeed does not run (1F1B only): refused by
+    # its rules, not counted as proved optimal, and not as cores without a plan that fits in memory
+    solves = ranked["search"]["per_stage"]["solves"]
+    refused = [s for s in solves if s["status"] == "REFUSED"]
+    assert refused and all(s["reason"].startswith("deepspeed refuses it: ") and "schedule=interleaved" in s["plan"] for s in refused)
+    no_fit = sum(s["status"] == "INFEASIBLE" for s in solves)
+    proved = sum(s["status"] == "OPTIMAL" for s in solves)
+    line = next(l for l in run(args + ["--framework", "deepspeed"]).stdout.splitlines() if l.startswith("per-stage: "))
+    assert (f"({proved} proved optimal, {len(refused)} refused by rules, {no_fit} did not fit in memory, 0 skipped by the time budget)"
+            in line)
     assert run(args + ["--framework", "megatron", "--emit", "deepspeed"]).stderr.startswith("Error: framework='megatron': differs from --emit")
 
 
@@ -330,3 +340,22 @@ def test_cost_objective_without_a_price_is_refused_by_name(solver):
              "--objective", "cost", "--solver", solver])
     assert r.exit_code == 1 and r.output.strip() == ("Error: objective='cost': cluster dgx-a100-40gb has no price_usd_per_gpu_hour; "
                                                      "set it in the cluster file or rank by --objective throughput")
+
+
+def test_per_stage_line_counts_rule_refusals_apart_from_memory():
+    """A core refused by a rule (here the re-costing check) was counted with the cores that have no
+    layout fitting in memory, as 'without a plan that fits'."""
+    from autopar.cli.search import _per_stage_line
+    from autopar.specs.results import PerStageInfo, StageSolve
+
+    def solve(status, step=None, reason=""):
+        return StageSolve(plan="tp=1,pp=2" if step else None, balanced_plan="tp=1,pp=2", step_seconds=step, balanced_step_seconds=2.0,
+                          balanced_fits=True, status=status, gap=0.0 if step else None, seconds=0.1, agreement=None, reason=reason)
+
+    info = PerStageInfo(seconds=0.5, cores_skipped=1, best_balanced_plan="tp=1,pp=2", best_balanced_step_seconds=2.0, solves=[
+        solve("OPTIMAL", 1.9), solve("REFUSED", reason="the cost model re-costs the plan at 1.95 s, the solver said 1.90 s"),
+        solve("INFEASIBLE", reason="no stage layout fits in HBM"), solve("INFEASIBLE", reason="CP-SAT INFEASIBLE"),
+        solve("UNKNOWN", reason="CP-SAT UNKNOWN")])
+    assert _per_stage_line(info) == ("per-stage: 5 cores in 0.50 s (1 proved optimal, 1 refused by rules, 2 did not fit in memory, "
+                                     "1 unsolved in the time limit, 1 skipped by the time budget); largest gain 5.0% less step time "
+                                     "(2.000 s balanced -> 1.900 s per-stage: tp=1,pp=2)")
