@@ -4,7 +4,7 @@ when nothing fits (the binding constraint, its numbers, and the nearest change t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -16,7 +16,7 @@ from autopar.cost.rules import RULES, legal_mask
 from autopar.cost.table import PlanTable
 from autopar.errors import AutoparError, InputError
 from autopar.limits import MAX_TOP_K
-from autopar.space import SpaceOptions, candidate_space, enumerate_space
+from autopar.space import SpaceOptions, candidate_space, enumerate_space, offered_values
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import ClusterSpec, gb_gib
@@ -216,7 +216,7 @@ def explain_empty(req: SearchRequest) -> str:
         raise InputError("fix", ",".join(f"{k}={v}" for k, v in fixed.items()), f"{text} = {product} is incompatible with GPUs({n})")
     candidates = candidate_space(req.model, req.cluster, req.training, req.options)
     if not len(candidates):
-        return f"no candidate plan for {n} GPUs with --fix {fixed}"
+        raise _emptying_fix(req)
     removed: dict[str, np.ndarray] = {}  # per field: the candidates any of its rules removes
     for rule in RULES:
         broken = np.asarray(rule.broken(req.model, req.cluster, req.training, candidates), dtype=bool)
@@ -227,6 +227,21 @@ def explain_empty(req: SearchRequest) -> str:
     worst = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
     return (f"no legal plan among {len(candidates):,} candidates for {n} GPUs (each breaks at least one rule); the rules that "
             "remove most are " + ", ".join(f"{field} ({count:,} of {len(candidates):,})" for field, count in worst))
+
+
+def _emptying_fix(req: SearchRequest) -> AutoparError:
+    """The --fix value without which candidates exist (autopar.space.check_fixed names the rules
+    it knows before enumerating), with the values the search offers in its place."""
+    fixed, n = req.options.fixed, req.cluster.num_gpus
+    spelled = {k: (("off", "on")[int(v)] if k in ("sp", "ep_overlap") else getattr(v, "value", v)) for k, v in fixed.items()}
+    for key in fixed:
+        rest = {k: v for k, v in fixed.items() if k != key}
+        offered = offered_values(req.model, req.cluster, req.training, replace(req.options, fixed=rest), key)
+        if offered:
+            others = ",".join(f"{k}={v}" for k, v in spelled.items() if k != key)
+            return InputError(f"fix.{key}", spelled[key], f"no candidate plan for {n:,} GPUs{' with ' + others if others else ''} has it; "
+                              f"the search offers {key} {', '.join(offered)}")
+    return NoFeasiblePlan(f"no candidate plan for {n:,} GPUs with --fix {','.join(f'{k}={v}' for k, v in spelled.items())}")
 
 
 def _row(tab, i: int) -> dict:

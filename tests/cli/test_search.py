@@ -107,6 +107,37 @@ def test_bad_input_is_one_line(args, fragment):
     assert r.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], r.output
 
 
+SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "1024", "--global-batch", "8"]
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        # each --fix value no candidate can take names its field, its value and the rule; these said
+        # "no candidate plan for 16 GPUs with --fix {'ep': 8}", whatever the rule
+        (["--fix", "ep=8"], "fix.ep=8: expert parallelism needs a MoE model (llama3-8b has no experts)"),
+        (["--fix", "vpp=2,schedule=1f1b"], "fix.vpp=2: virtual pipeline stages need the interleaved schedule, not 1f1b"),
+        (["--fix", "schedule=zero-bubble,vpp=4"], "fix.vpp=4: virtual pipeline stages need the interleaved schedule, not zero-bubble"),
+        (["--fix", "vpp=2,pp=1"], "fix.vpp=2: virtual pipeline stages need pipeline parallelism: pp > 1, not pp=1"),
+        (["--fix", "schedule=dualpipev,vpp=3"], "fix.schedule='dualpipev': runs two model chunks per rank (a V): needs vpp=2, not vpp=3"),
+        (["--fix", "schedule=interleaved,vpp=1"], "fix.schedule='interleaved': interleaves virtual pipeline stages: needs vpp > 1, not vpp=1"),
+        (["--fix", "schedule=interleaved,pp=1"], "fix.schedule='interleaved': schedules a pipeline: needs pp > 1, not pp=1"),
+        (["--fix", "dispatcher=deepep"], "fix.dispatcher='deepep': dispatches tokens to experts: llama3-8b has no experts"),
+        (["--fix", "sp=on,tp=1"], "fix.sp=on: needs tp > 1 (Megatron turns it off at tp=1)"),
+        (["--model", "mixtral-8x7b", "--fix", "ep=3"],
+         "fix.ep=3: expert parallelism splits the experts: must divide num_experts=8 (mixtral-8x7b)"),
+        (["--model", "mixtral-8x7b", "--fix", "ep=1,dispatcher=deepep"],
+         "fix.dispatcher='deepep': dispatches tokens across expert-parallel ranks: needs ep > 1, not ep=1"),
+        # no rule known before the enumeration: the value that empties the space, and what the search offers
+        (["--fix", "vpp=3"], "fix.vpp=3: no candidate plan for 16 GPUs has it; the search offers vpp 1, 2, 4, 8, 16"),
+        (["--fix", "etp=2,tp=4"], "fix.etp=2: no candidate plan for 16 GPUs with tp=4 has it; the search offers etp 4"),
+    ],
+)
+def test_fix_errors_name_the_rule(args, line):
+    r = run(SMALL + args)
+    assert r.exit_code == 1 and r.output.strip() == f"Error: {line}", r.output
+
+
 def test_nothing_fits_names_memory_and_a_way_out():
     # 405B on one 8-GPU node: even 16 bytes/param / 8 GPUs is ~810 GB per GPU; an "80 GB" H100 holds
     # 81,559 MiB (nvidia-smi) = 85.5e9 bytes = 79.7 GiB

@@ -184,6 +184,9 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "1T", "--gpus", "8,32768"], "Error: gpus=32768: cluster dgx-h100 describes a fabric of 16,384 GPUs"),
     (["--tokens", "1T", "--ramp", "4M@2T"], "Error: ramp='2,000,000,000,000': a ramp step must end before the run's --tokens"),
     (["--tokens", "1M", "--batch-tokens", "4M"], "Error: batch-tokens='4,194,304': exceeds the whole run of --tokens 1,000,000"),
+    # --fix as in search: the field, the value and the rule
+    (["--tokens", "1T", "--fix", "ep=8"], "Error: fix.ep=8: expert parallelism needs a MoE model (llama3-8b has no experts)"),
+    (["--tokens", "1T", "--fix", "vpp=2,schedule=1f1b"], "Error: fix.vpp=2: virtual pipeline stages need the interleaved schedule, not 1f1b"),
 ])
 def test_bad_input_is_one_line(args, start):
     r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "8192", "--gpus", "8", *args])
