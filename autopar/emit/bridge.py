@@ -272,6 +272,10 @@ def render_script(job: EmitJob, o: dict) -> str:
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
     # torch is named only by the pipeline dtype (pp > 1): no unused import otherwise
     torch_import = "import torch\n\n" if "torch." in lines else ""
+    # the NVFP4 recipe gathers weights in FP4 (mixed_precision.py bf16_with_nvfp4_mixed:
+    # fp4_param_gather=True); autopar costs an FP4 plan's weight gathers in bf16, so the plan wins
+    fp4_gather = ("\n    precision.fp4_param_gather = False  # the recipe's FP4 weight gathers are not in the costed plan"
+                  if job.training.precision == Precision.fp4 else "")
     return f'''{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 """Megatron-Bridge pretraining with the autopar plan applied to the {fn} recipe."""
 
@@ -308,7 +312,7 @@ def autopar_config():
     cfg = apply_overrides({fn}(), OVERRIDES)
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
-    precision.fp8_param_gather = FP8_PARAM_GATHER
+    precision.fp8_param_gather = FP8_PARAM_GATHER{fp4_gather}
     cfg.mixed_precision = precision
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg

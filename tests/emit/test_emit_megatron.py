@@ -352,3 +352,17 @@ def test_fp8_param_gather_reaches_every_launcher_or_is_refused():
     with pytest.raises(RuleViolation, match="FP8 all-gather only with tensorwise scaling"):
         emit_torchtitan(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=3", "fp8", fp8_param_gather=True,
                                  fp8_recipe="rowwise", stack="torchtitan"))
+
+
+def test_bridge_nvfp4_recipe_does_not_gather_weights_the_plan_gathers_in_bf16():
+    """Bridge's bf16_with_nvfp4_mixed turns on fp4_param_gather (mixed_precision.py); autopar
+    costs an FP4 plan's ZeRO weight gathers in bf16, so the launcher turns it off; other
+    precisions leave the recipe's FP4 field alone."""
+    from autopar.emit.bridge import emit_bridge
+
+    fp4 = make_job("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1", "fp4")
+    script = next(a.text for a in emit_bridge(fp4) if a.name.endswith(".py"))
+    assert "MIXED_PRECISION = 'bf16_with_nvfp4_mixed'" in script
+    assert "precision.fp4_param_gather = False" in script
+    bf16 = make_job("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1")
+    assert "fp4_param_gather" not in next(a.text for a in emit_bridge(bf16) if a.name.endswith(".py"))
