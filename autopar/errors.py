@@ -70,6 +70,11 @@ class InputError(AutoparError, ValueError):
 _NAMED_RULE = re.compile(r"(?P<field>[A-Za-z_][\w.]*)=(?P<value>\S+?):?\s+(?P<rule>.+)", re.S)
 
 
+class NoCandidate(InputError):
+    """A --fix value that no candidate plan can take (autopar.space.check_fixed): for one search an
+    input error; for a sweep case or one GPU count of a plan, a case without a plan."""
+
+
 class Shown:
     """A value a message already spells out (the text of a cross-field rule), shown as is."""
 

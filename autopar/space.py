@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from autopar.cost.rules import legal_mask
 from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
-from autopar.errors import InputError
+from autopar.errors import InputError, NoCandidate
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, RecomputeModule, Schedule, stage_layout
@@ -84,32 +84,32 @@ def check_fixed(model: ModelSpec, fixed: dict[str, object]) -> None:
     schedule, dispatcher = _plain(fixed.get("schedule")), _plain(fixed.get("dispatcher"))
     if not model.is_moe:
         if ep is not None and ep > 1:
-            raise InputError("fix.ep", ep, f"expert parallelism needs a MoE model ({model.name} has no experts)")
+            raise NoCandidate("fix.ep", ep, f"expert parallelism needs a MoE model ({model.name} has no experts)")
         if dispatcher not in (None, Dispatcher.alltoall.value):
-            raise InputError("fix.dispatcher", dispatcher, f"dispatches tokens to experts: {model.name} has no experts")
+            raise NoCandidate("fix.dispatcher", dispatcher, f"dispatches tokens to experts: {model.name} has no experts")
         if fixed.get("ep_overlap"):
-            raise InputError("fix.ep_overlap", "on", f"overlaps expert-parallel communication: {model.name} has no experts")
+            raise NoCandidate("fix.ep_overlap", "on", f"overlaps expert-parallel communication: {model.name} has no experts")
     elif ep is not None:
         if model.num_experts % ep:
-            raise InputError("fix.ep", ep, f"expert parallelism splits the experts: must divide num_experts={model.num_experts} ({model.name})")
+            raise NoCandidate("fix.ep", ep, f"expert parallelism splits the experts: must divide num_experts={model.num_experts} ({model.name})")
         if ep == 1 and dispatcher not in (None, Dispatcher.alltoall.value):
-            raise InputError("fix.dispatcher", dispatcher, "dispatches tokens across expert-parallel ranks: needs ep > 1, not ep=1")
+            raise NoCandidate("fix.dispatcher", dispatcher, "dispatches tokens across expert-parallel ranks: needs ep > 1, not ep=1")
         if ep == 1 and fixed.get("ep_overlap"):
-            raise InputError("fix.ep_overlap", "on", "overlaps expert-parallel communication: needs ep > 1, not ep=1")
+            raise NoCandidate("fix.ep_overlap", "on", "overlaps expert-parallel communication: needs ep > 1, not ep=1")
     if schedule == Schedule.gpipe.value:
-        raise InputError("fix.schedule", schedule, "GPipe has 1F1B's bubble and holds every micro-batch's activations, so the search "
+        raise NoCandidate("fix.schedule", schedule, "GPipe has 1F1B's bubble and holds every micro-batch's activations, so the search "
                          "offers 1f1b, zero-bubble, interleaved and dualpipev; cost a GPipe plan with `autopar estimate --plan`")
     if vpp is not None and vpp > 1:
         if pp == 1:
-            raise InputError("fix.vpp", vpp, "virtual pipeline stages need pipeline parallelism: pp > 1, not pp=1")
+            raise NoCandidate("fix.vpp", vpp, "virtual pipeline stages need pipeline parallelism: pp > 1, not pp=1")
         if schedule not in (None, Schedule.interleaved.value, Schedule.dualpipev.value):
-            raise InputError("fix.vpp", vpp, f"virtual pipeline stages need the interleaved schedule, not {schedule}")
+            raise NoCandidate("fix.vpp", vpp, f"virtual pipeline stages need the interleaved schedule, not {schedule}")
     if schedule == Schedule.dualpipev.value and vpp is not None and vpp != 2:
-        raise InputError("fix.schedule", schedule, f"runs two model chunks per rank (a V): needs vpp=2, not vpp={vpp}")
+        raise NoCandidate("fix.schedule", schedule, f"runs two model chunks per rank (a V): needs vpp=2, not vpp={vpp}")
     if schedule == Schedule.interleaved.value and vpp == 1:
-        raise InputError("fix.schedule", schedule, "interleaves virtual pipeline stages: needs vpp > 1, not vpp=1")
+        raise NoCandidate("fix.schedule", schedule, "interleaves virtual pipeline stages: needs vpp > 1, not vpp=1")
     if pp == 1 and schedule not in (None, Schedule.one_f_one_b.value):
-        raise InputError("fix.schedule", schedule, "schedules a pipeline: needs pp > 1, not pp=1")
+        raise NoCandidate("fix.schedule", schedule, "schedules a pipeline: needs pp > 1, not pp=1")
 
 
 def _allowed(name: str, values: list, fixed: dict[str, object]) -> list:

@@ -56,6 +56,7 @@ class PlanPoint(BaseModel):
     checkpoint_write_seconds: float | None = Field(None, description="Time to write one checkpoint (weights + optimizer states)")
     mtbf_hours: float | None = Field(None, description="Mean time between failures of the whole job, hours")
     checkpoint_tax: float | None = Field(None, description="Share of wall time writing checkpoints and redoing lost work")
+    checkpoint_periodic: bool = Field(True, description="Whether the run writes periodic checkpoints (a short run is cheaper without: goodput)")
     restart_share: float | None = Field(None, description="Share of wall time restarting after failures")
     tokens_per_second: float | None = Field(None, description="Training tokens per second at global_batch_tokens")
     train_days: float | None = Field(None, description="Days of training steps alone (ramp-up included, no failures)")
@@ -175,6 +176,7 @@ def _priced(ctx: PointContext, point: PlanPoint, est: Estimate, train_seconds: f
     point.checkpoint_interval_steps = max(1, round(shares.interval_seconds / step))
     point.mtbf_hours = shares.mtbf_seconds / HOUR_SECONDS
     point.checkpoint_tax, point.restart_share = shares.checkpoint_tax, shares.restart_share
+    point.checkpoint_periodic = shares.periodic
     point.train_days = train_seconds / DAY_SECONDS
     if shares.goodput <= 0:
         point.note = (f"failures every {point.mtbf_hours:.2f} h leave no useful time (checkpoint tax {100 * shares.checkpoint_tax:.0f}%, "

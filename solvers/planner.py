@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopar.cost.flops import embedding_params, model_flops_per_token
 from autopar.cost.roofline import critical_batch_size, deepseek_optimal_batch_tokens, dp_compute_bound_batch_tokens, scaled_learning_rate
-from autopar.errors import InputError
+from autopar.errors import InputError, NoCandidate
 from autopar.report import human_count
 from autopar.space import SpaceOptions, candidate_space
 from autopar.specs.costparams import params_for_cluster
@@ -133,7 +133,7 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
         try:
             ranked = run_search(request).results.plans
             out.append((batch, [(rp.plan, rp.estimate) for rp in ranked]))
-        except NoFeasiblePlan as exc:
+        except (NoFeasiblePlan, NoCandidate) as exc:  # this count has no plan; the others may
             out.append((batch, str(exc)))
     return out
 

@@ -14,7 +14,7 @@ from autopar.cost import evaluate, to_estimate
 from autopar.cost.context import Batch
 from autopar.cost.rules import RULES, legal_mask
 from autopar.cost.table import PlanTable
-from autopar.errors import AutoparError, InputError
+from autopar.errors import AutoparError, InputError, NoCandidate
 from autopar.limits import MAX_TOP_K
 from autopar.space import SpaceOptions, candidate_space, enumerate_space, offered_values
 from autopar.specs.costparams import CostParams, load_cost_params
@@ -239,7 +239,7 @@ def _emptying_fix(req: SearchRequest) -> AutoparError:
         offered = offered_values(req.model, req.cluster, req.training, replace(req.options, fixed=rest), key)
         if offered:
             others = ",".join(f"{k}={v}" for k, v in spelled.items() if k != key)
-            return InputError(f"fix.{key}", spelled[key], f"no candidate plan for {n:,} GPUs{' with ' + others if others else ''} has it; "
+            return NoCandidate(f"fix.{key}", spelled[key], f"no candidate plan for {n:,} GPUs{' with ' + others if others else ''} has it; "
                               f"the search offers {key} {', '.join(offered)}")
     return NoFeasiblePlan(f"no candidate plan for {n:,} GPUs with --fix {','.join(f'{k}={v}' for k, v in spelled.items())}")
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from autopar.errors import AutoparError, InputError
+from autopar.errors import AutoparError, InputError, NoCandidate
 from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
 from autopar.space import FIXABLE
 from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
@@ -70,7 +70,9 @@ class SweepSpec(StrictModel):
         unknown = sorted(set(fixed) - set(FIXABLE))
         if unknown:
             raise ValueError(f"unknown dimension {', '.join(unknown)}; can fix: {', '.join(FIXABLE)}")
-        return fixed
+        # each value read as search --fix reads it (YAML gives 'on' as True, and '2' stays text otherwise)
+        from autopar.cli.search import parse_fix
+        return parse_fix(",".join(f"{k}={({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}" for k, v in fixed.items()))
 
     @field_validator("gpus", "seq_lens", "global_batches")
     @classmethod
@@ -151,7 +153,7 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
         request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=dict(spec.fixed)), params)
         output = run_search(request)
     except AutoparError as exc:
-        record.update(status="no_plan" if type(exc).__name__ == "NoFeasiblePlan" else "error", message=str(exc))
+        record.update(status="no_plan" if type(exc).__name__ == "NoFeasiblePlan" or isinstance(exc, NoCandidate) else "error", message=str(exc))
     except ValidationError as exc:
         record.update(status="error", message=str(exc.errors()[0]["msg"]))
     else:

@@ -151,8 +151,9 @@ def summary(report: PlanReport) -> list[str]:
                  f"{human_count(p.gpu_hours)} GPU-hours, {dollars(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
     lines.append(f"  layout {p.plan}")
     train_minutes, every = p.train_days * 1440, p.checkpoint_interval_seconds / 60
-    when = (f" every {every:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval)" if train_minutes >= every else
-            f": none periodic, the run trains {train_minutes:.1f} min, less than one {every:.1f}-min interval")
+    when = (f" every {every:.1f} min = {p.checkpoint_interval_steps:,} steps (--save-interval)" if p.checkpoint_periodic else
+            f": none periodic, the run trains {train_minutes:.1f} min, and losing half of it to a failure costs less "
+            f"than checkpointing every {every:.1f} min")
     lines.append(f"  step {p.step_seconds:.2f} s, MFU {100 * p.mfu:.1f}%; job MTBF {p.mtbf_hours:.2f} h; checkpoint ({p.checkpoint_write_seconds:.0f} s "
                  f"to write){when}; checkpoint tax {100 * p.checkpoint_tax:.1f}%, restarts {100 * p.restart_share:.1f}%, "
                  f"goodput {100 * p.goodput:.1f}%")

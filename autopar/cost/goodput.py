@@ -83,7 +83,7 @@ class Goodput:
     rework_share: float  # tau / (2 M): the half interval redone after each failure
     restart_share: float  # R / M
     mtbf_seconds: float
-    periodic: bool = True  # False: the run is shorter than one interval and writes no periodic checkpoint
+    periodic: bool = True  # False: the run is short enough that no periodic checkpoint is cheaper (goodput)
 
     @property
     def checkpoint_tax(self) -> float:
@@ -101,15 +101,16 @@ def goodput(checkpoint_write_seconds: float, mtbf_seconds: float, restart_second
     """Young-Daly interval (unless given) and the shares of wall time it leaves to training;
     `train_seconds` (the run's training time) when known, for runs shorter than one interval."""
     tau = interval_seconds if interval_seconds is not None else optimal_checkpoint_interval_seconds(checkpoint_write_seconds, mtbf_seconds)
-    if train_seconds is not None and train_seconds < tau:
-        # T_w / tau + tau / (2 M) prices a checkpoint every tau of a run many intervals long. A
-        # run of T < tau training seconds reaches no interval: it writes no periodic checkpoint
-        # (at most the final save, which every run writes and which T_w / tau does not charge a
-        # long run either), so no write time; a failure sends it back to its start, losing on
-        # average half the run: rework T / (2 M) at first order, less than tau / (2 M).
-        return Goodput(tau, 0.0, train_seconds / (2 * mtbf_seconds), restart_seconds / mtbf_seconds, mtbf_seconds, periodic=False)
     write = checkpoint_write_seconds / tau
     rework = checkpoint_tax(tau, checkpoint_write_seconds, mtbf_seconds) - write
+    if train_seconds is not None and train_seconds / (2 * mtbf_seconds) < write + rework:
+        # T_w / tau + tau / (2 M) prices a checkpoint every tau of a run many intervals long. A run
+        # of T training seconds may instead write no periodic checkpoint (at most the final save,
+        # which every run writes and which T_w / tau does not charge a long run either): a failure
+        # sends it back to its start, losing on average half the run, T / (2 M) at first order.
+        # The cheaper policy is the run's: none while T / (2 M) is below the periodic tax (up to
+        # T = 2 tau at the Young-Daly interval), so the tax is continuous in the run's length.
+        return Goodput(tau, 0.0, train_seconds / (2 * mtbf_seconds), restart_seconds / mtbf_seconds, mtbf_seconds, periodic=False)
     return Goodput(tau, write, rework, restart_seconds / mtbf_seconds, mtbf_seconds)
 
 

@@ -69,6 +69,13 @@ def test_a_run_shorter_than_one_interval_writes_no_periodic_checkpoint():
     assert not g.periodic and g.checkpoint_write_share == 0
     assert g.checkpoint_tax == pytest.approx(0.010240, abs=1e-6)
     assert g.goodput == pytest.approx(0.986347, abs=1e-6)
+    # no periodic checkpoint is the cheaper policy up to T / (2 M) = T_w / tau + tau / (2 M), which
+    # at the Young-Daly interval is T = 2 tau (20,539.6 s): the tax is continuous there
+    below = goodput(300, mtbf, restart_seconds=600, train_seconds=2 * g.interval_seconds * (1 - 1e-6))
+    above = goodput(300, mtbf, restart_seconds=600, train_seconds=2 * g.interval_seconds * (1 + 1e-6))
+    assert not below.periodic and above.periodic
+    assert below.checkpoint_tax == pytest.approx(above.checkpoint_tax, rel=1e-5)
+    assert above.checkpoint_tax == pytest.approx(0.058424, abs=1e-6)
     # a run of ten intervals pays the long-run tax
     long = goodput(300, mtbf, restart_seconds=600, train_seconds=10 * g.interval_seconds)
     assert long.periodic and long.checkpoint_tax == pytest.approx(0.058424, abs=1e-6)

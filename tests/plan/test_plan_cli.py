@@ -289,4 +289,14 @@ def test_a_run_shorter_than_one_checkpoint_interval_pays_no_checkpoint_tax():
     assert p["checkpoint_tax"] == pytest.approx(train / (2 * mtbf)) and p["goodput"] == pytest.approx(1 - train / (2 * mtbf))
     assert p["wall_days"] == pytest.approx(p["train_days"] / p["goodput"])
     line = next(l for l in run(args).stdout.splitlines() if l.startswith("  step "))
-    assert "checkpoint (300 s to write): none periodic, the run trains 0.3 min, less than one 684.7-min interval; checkpoint tax 0.0%" in line
+    assert ("checkpoint (300 s to write): none periodic, the run trains 0.3 min, and losing half of it to a failure costs less "
+            "than checkpointing every 684.7 min; checkpoint tax 0.0%") in line
+
+
+def test_a_fix_one_gpu_count_cannot_take_leaves_that_count_without_a_plan():
+    # ep=16 cannot run on 8 GPUs (the search offers ep 1-8 there): that point has no plan and the
+    # 16-GPU point is planned, instead of the whole plan ending on the 8-GPU refusal
+    r = run(["--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--tokens", "100G", "--seq-len", "4096", "--gpus", "8,16",
+             "--fix", "ep=16"])
+    assert r.exit_code == 0, r.output
+    assert "fix.ep=16: no candidate plan for 8 GPUs" in r.stdout and "ep=16" in r.stdout.split("\n")[3]

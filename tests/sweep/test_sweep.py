@@ -264,3 +264,17 @@ def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
     assert res.exit_code == 1 and res.output.startswith(f"Error: {message}"), res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_fixed_value_one_case_cannot_take_is_that_case_without_a_plan(tmp_path):
+    # ep=8 on a dense model is refused by its rule (autopar.space.check_fixed) -- for one case of a
+    # sweep that is a case without a plan, as before the rule existed, not a failed sweep; a value
+    # the YAML gives as text ('2') is read as search --fix reads it, not compared as a string
+    spec = _sweep_file(tmp_path, models=["llama3-8b", "mixtral-8x7b"], gpus=[8], global_batches=[64], seq_lens=[4096],
+                       fixed={"ep": 8, "vpp": "1"})
+    res = _run(str(spec), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in (tmp_path / "out" / CASES_FILE).read_text().splitlines()]
+    dense = next(r for r in records if r["model"] == "llama3-8b")
+    assert dense["status"] == "no_plan" and "fix.ep=8: expert parallelism needs a MoE model" in dense["message"]
+    assert load_sweep(spec).fixed == {"ep": 8, "vpp": 1}
