@@ -17,14 +17,18 @@ def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COU
     base = 1024.0 if binary else 1000.0
     scaled, unit = float(value), 0
     # up while the rounded value has four digits: 999,600 is 1M, not 1e+03K; 1,000 x 2**10 is 0.977M
-    while unit < len(units) - 1 and abs(float(f"{scaled:.{digits}g}")) >= 1000:
+    rounded = lambda x: abs(float(f"{x:.{digits}g}"))  # noqa: E731
+    while unit < len(units) - 1 and rounded(scaled) >= 1000:
         scaled, unit = scaled / base, unit + 1
-    return f"{scaled:{',.0f' if abs(scaled) >= 1000 else f'.{digits}g'}}{units[unit]}"
+    # past the top unit, whole numbers with separators: 999.5P rounds to 1,000P, not %g's 1e+03P
+    return f"{scaled:{',.0f' if rounded(scaled) >= 1000 else f'.{digits}g'}}{units[unit]}"
 
 
 def dollars(usd: float | None, digits: int = 3) -> str:
     """$70.2K, $5.12M, $1.2B; '-' when the cluster has no price."""
-    return "-" if usd is None else "$" + human_count(usd, units=MONEY_UNITS, digits=digits)
+    if usd is None:
+        return "-"
+    return ("-" if usd < 0 else "") + "$" + human_count(abs(usd), units=MONEY_UNITS, digits=digits)  # -$1.2K, not $-1.2K
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:

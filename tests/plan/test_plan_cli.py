@@ -273,6 +273,11 @@ def test_dollars_and_plural():
     from autopar.report import dollars, plural
 
     assert [dollars(x) for x in (0.834, 73_700, 5.123e6, 1.2e9, None)] == ["$0.834", "$73.7K", "$5.12M", "$1.2B", "-"]
+    # the sign goes before the dollar sign; past the top unit (T for money, P for counts) whole numbers
+    # with separators: 9.995e17 is 999.5P, which rounds to 1,000P at 3 digits
+    assert dollars(-1234) == "-$1.23K"
+    from autopar.report import human_count
+    assert human_count(9.995e17) == "1,000P" and human_count(2.5e18) == "2,500P"
     assert [plural(1, "point"), plural(2, "point"), plural(1024, "GPU")] == ["1 point", "2 points", "1,024 GPUs"]
 
 
