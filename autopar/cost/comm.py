@@ -15,6 +15,7 @@ on-node share over NVLink; P2P: bytes / W.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -133,11 +134,42 @@ def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabri
         switch_exponent=_calibrated(params, "switch_saturation_exponent", c.switch_saturation_exponent))
 
 
+_MEMO_SLOTS = 4
+_memos: OrderedDict[tuple[int, int], tuple[ClusterSpec, CostParams, dict]] = OrderedDict()
+
+
+def _memo(cluster: ClusterSpec, params: CostParams) -> dict:
+    """The choices already made on this (cluster, params) pair. A search asks for the same few
+    thousand collectives a hundred thousand times (every chunk of the plan space, every pipeline
+    layout); both specs are frozen, so a choice depends only on the call's other arguments. Keyed
+    by identity: each slot holds its two objects, so an id cannot be reused while it is cached."""
+    key = (id(cluster), id(params))
+    slot = _memos.get(key)
+    if slot is not None and slot[0] is cluster and slot[1] is params:
+        _memos.move_to_end(key)
+        return slot[2]
+    table: dict = {}
+    _memos[key] = (cluster, params, table)
+    while len(_memos) > _MEMO_SLOTS:
+        _memos.popitem(last=False)
+    return table
+
+
 def collective_choice(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
                       algorithm: str | None = None, protocol: str | None = None) -> nccl.Choice:
     """Time of one collective and the NCCL algorithm / protocol it runs (message_bytes: the
     full buffer per rank, nccl-tests 'size'). AllToAll and P2P are not NCCL-tuned: 'p2p'.
     algorithm / protocol force one (NCCL_ALGO / NCCL_PROTO); ValueError when it cannot run."""
+    memo = _memo(cluster, params)
+    key = (op, float(message_bytes), group, algorithm, protocol)
+    choice = memo.get(key)
+    if choice is None:
+        choice = memo[key] = _choose(op, message_bytes, group, cluster, params, algorithm, protocol)
+    return choice
+
+
+def _choose(op: Collective, message_bytes: float, group: Group, cluster: ClusterSpec, params: CostParams,
+            algorithm: str | None, protocol: str | None) -> nccl.Choice:
     n = group.size
     if n <= 1 or message_bytes <= 0:
         return nccl.Choice("none", "none", 0.0, 0.0)

@@ -193,14 +193,30 @@ def row_groups(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key = np.zeros(len(columns[0]), dtype=np.int64)
     span = 1
     for a in columns:
-        values, codes = np.unique(np.asarray(a).ravel(), return_inverse=True)
-        if span * len(values) >= 2**62:  # re-code before the mixed-radix key could overflow
+        distinct, codes = _codes(np.asarray(a).ravel())
+        if span * distinct >= 2**62:  # re-code before the mixed-radix key could overflow
             key = np.unique(key, return_inverse=True)[1].ravel().astype(np.int64)
             span = int(key.max()) + 1
-        key = key * len(values) + codes.ravel()
-        span *= len(values)
+        key = key * distinct + codes
+        span *= distinct
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse.ravel()
+
+
+def _codes(a: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct values, each element's rank among them), as np.unique's
+    return_inverse gives. Integer columns over a short range (the plan table's: degrees, codes,
+    flags) rank through a lookup table in one pass instead of a sort."""
+    if a.dtype.kind in "iub" and a.size:
+        lo, hi = int(a.min()), int(a.max())
+        if hi - lo <= max(1024, 4 * a.size):
+            offset = (a - lo).astype(np.intp)
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[offset] = True
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            return int(rank[-1]) + 1, rank[offset]
+    values, codes = np.unique(a, return_inverse=True)
+    return len(values), codes.ravel().astype(np.int64)
 
 
 def vmap(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
