@@ -23,6 +23,10 @@ MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use
 FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order",
            "dispatcher", "ep_overlap")
 ALLTOALL, DEEPEP = DISPATCHER.index(Dispatcher.alltoall), DISPATCHER.index(Dispatcher.deepep)
+# the overlapped EP exchange exists for these dispatchers only (no framework overlaps the allgather one)
+OVERLAP_DISPATCHERS_RULE = ("overlaps the expert-parallel AllToAll: needs the alltoall or deepep dispatcher (Megatron-Core "
+                            "TransformerConfig: 'overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher'; "
+                            "DeepSpeed and torchtitan do not overlap it)")
 
 
 def divisors(n: int) -> list[int]:
@@ -96,6 +100,8 @@ def check_fixed(model: ModelSpec, fixed: dict[str, object]) -> None:
             raise NoCandidate("fix.dispatcher", dispatcher, "dispatches tokens across expert-parallel ranks: needs ep > 1, not ep=1")
         if ep == 1 and fixed.get("ep_overlap"):
             raise NoCandidate("fix.ep_overlap", "on", "overlaps expert-parallel communication: needs ep > 1, not ep=1")
+    if model.is_moe and dispatcher == Dispatcher.allgather.value and fixed.get("ep_overlap"):
+        raise NoCandidate("fix.ep_overlap", "on", OVERLAP_DISPATCHERS_RULE + ", not allgather")
     if schedule == Schedule.gpipe.value:
         raise NoCandidate("fix.schedule", schedule, "GPipe has 1F1B's bubble and holds every micro-batch's activations, so the search "
                          "offers 1f1b, zero-bubble, interleaved and dualpipev; cost a GPipe plan with `autopar estimate --plan`")
@@ -218,12 +224,13 @@ def ep_comm_options(ep: int, gpus_per_node: int, fixed: dict[str, object]) -> li
     --moe-token-dispatcher-type flex --overlap-moe-expert-parallel-comm) is offered beside the
     plain AllToAll. Within a node DeepEP moves the same bytes over NVLink as the AllToAll, and the
     allgather dispatcher (every token to every EP rank) only pays off for small EP: those, and any
-    other pair, are given with --fix dispatcher=...,ep_overlap=on. Offering every pair would
+    other pair a framework runs, are given with --fix dispatcher=...,ep_overlap=on (the overlap
+    only with alltoall or deepep: OVERLAP_DISPATCHERS_RULE). Offering every pair would
     multiply a 6M-plan DeepSeek-V3 space by six."""
     if ep == 1:
         pairs = [(ALLTOALL, 0)]
     elif "dispatcher" in fixed or "ep_overlap" in fixed:
-        pairs = [(d, o) for d in range(len(DISPATCHER)) for o in (0, 1)]
+        pairs = [(d, o) for d in range(len(DISPATCHER)) for o in (0, 1) if not o or d in (ALLTOALL, DEEPEP)]
     else:
         pairs = [(ALLTOALL, 0)] + ([(DEEPEP, 1)] if ep > gpus_per_node else [])
     if "dispatcher" in fixed:

@@ -22,10 +22,21 @@ def test_options_by_ep_degree():
     assert ep_comm_options(1, 8, {}) == [(A2A, 0)]
     assert ep_comm_options(8, 8, {}) == [(A2A, 0)]
     assert ep_comm_options(16, 8, {}) == [(A2A, 0), (DEEP, 1)]
-    # --fix picks any pair, also within a node; EP 1 has no EP communication to overlap
-    assert ep_comm_options(8, 8, {"dispatcher": "allgather"}) == [(GATHER, 0), (GATHER, 1)]
+    # --fix picks any pair a framework runs, also within a node; EP 1 has no EP communication to
+    # overlap, and only the alltoall and deepep (Megatron 'flex') dispatchers overlap it
+    # (Megatron-Core TransformerConfig: 'overlap_moe_expert_parallel_comm is supported with
+    # alltoall/flex token dispatcher')
+    assert ep_comm_options(8, 8, {"dispatcher": "allgather"}) == [(GATHER, 0)]
     assert ep_comm_options(8, 8, {"dispatcher": "deepep", "ep_overlap": 1}) == [(DEEP, 1)]
+    assert ep_comm_options(8, 8, {"ep_overlap": 1}) == [(A2A, 1), (DEEP, 1)]
     assert ep_comm_options(1, 8, {"ep_overlap": 1}) == []
+
+
+def test_fixing_the_allgather_dispatcher_with_overlap_names_the_rule():
+    m, c = load_model("mixtral-8x7b"), load_cluster("dgx-h100").with_gpus(64)
+    t = TrainingSpec(seq_len=4096, global_batch_size=256, precision=Precision.bf16)
+    with pytest.raises(InputError, match="fix.ep_overlap='on'.*alltoall or deepep dispatcher.*not allgather"):
+        enumerate_space(m, c, t, SpaceOptions(fixed={"dispatcher": "allgather", "ep_overlap": 1}))
 
 
 def _space(fixed):
