@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import gb_gib
 
@@ -21,7 +23,23 @@ def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COU
     while unit < len(units) - 1 and rounded(scaled) >= 1000:
         scaled, unit = scaled / base, unit + 1
     # past the top unit, whole numbers with separators: 999.5P rounds to 1,000P, not %g's 1e+03P
-    return f"{scaled:{',.0f' if rounded(scaled) >= 1000 else f'.{digits}g'}}{units[unit]}"
+    if rounded(scaled) >= 1000:
+        return f"{scaled:,.0f}{units[unit]}"
+    # below 1e-3, positional digits: $0.0000444 a step, not %g's 4.44e-05
+    if 0 < abs(scaled) < 1e-3:
+        text = f"{scaled:.{digits - 1 - math.floor(math.log10(abs(scaled)))}f}".rstrip("0")  # %g drops trailing zeros too
+        return f"{text}{units[unit]}"
+    return f"{scaled:.{digits}g}{units[unit]}"
+
+
+def human_tokens(value: float) -> str:
+    """A batch in tokens: in powers of two when that spells it exactly (2**24 is 16M, as
+    --batch-tokens and the plan table read it), else in powers of ten (a cap at a 1e12-token run
+    is 1T, not 931G; 40.5e6 is 40.5M)."""
+    text = human_count(value, binary=True)
+    number = text.rstrip("".join(COUNT_UNITS))
+    exact = float(number.replace(",", "")) * 1024.0 ** COUNT_UNITS.index(text[len(number):]) == value
+    return text if exact else human_count(value)
 
 
 def dollars(usd: float | None, digits: int = 3) -> str:

@@ -133,14 +133,14 @@ def table(report: PlanReport) -> str:
             _cell(_scaled(p.mfu, 100), ".1f", 6), _cell(_scaled(p.goodput, 100), ".1f", 7) + "%", _cell(p.wall_days, ".1f", 7),
             f"{'-' if p.gpu_hours is None else human_count(p.gpu_hours):>8}", f"{dollars(p.cost_usd):>10}", _cell(p.energy_mwh, ",.0f", 8),
             _cell(_scaled(p.checkpoint_interval_seconds, 1 / 60), ".0f", 7), f" {layout}"]))
-    lines.append("  * Pareto front (days vs cost)   > chosen   ckpt m = Young-Daly checkpoint interval, minutes")
+    lines.append("  * Pareto front (days vs cost)   > chosen   ckpt m = Young-Daly checkpoint interval, minutes   batch K/M/G = 2^10/2^20/2^30 tokens")
     return "\n".join(lines)
 
 
 def summary(report: PlanReport) -> list[str]:
-    from autopar.report import dollars, human_count
+    from autopar.report import dollars, human_count, human_tokens
 
-    lines = [f"critical batch: {human_count(report.critical_batch_tokens)} tokens ({report.critical_batch_source})"]
+    lines = [f"critical batch: {human_tokens(report.critical_batch_tokens)} tokens ({report.critical_batch_source})"]
     if report.learning_rate_rule:
         lines.append(f"learning rate: {report.learning_rate_rule}")
     if report.chosen is None:
@@ -161,7 +161,7 @@ def summary(report: PlanReport) -> list[str]:
         lines.append(f"  {p.note}")
     if p.learning_rate is not None:
         lines.append(f"  learning rate {p.learning_rate:.3g}")
-    lines.append(f"  data parallelism over {p.gpus:,} GPUs is compute-bound from {human_count(p.compute_bound_batch_tokens)} tokens of batch "
+    lines.append(f"  data parallelism over {p.gpus:,} GPUs is compute-bound from {human_tokens(p.compute_bound_batch_tokens)} tokens of batch "
                  f"(N x C/W, seed 001)")
     return lines + report.explanation
 

@@ -88,8 +88,12 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
             click.echo(f"  {d}")
     if lost:
         others = f" ({len(failed) - lost} other case(s) failed)" if len(failed) > lost else ""
+        # the same run again: the cost overrides change every result, the baseline is what it was checked against
+        again = [("--cost-override", cost_override), ("--baseline", baseline), ("--threshold", threshold)]
+        flags = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in again if value is not None)
         raise InputError("sweep", spec.name, f"{lost} of {len(rows)} cases lost: a worker process died (killed or out of memory){others}; "
-                         f"`autopar sweep {shlex.quote(sweep_file)} --out {shlex.quote(str(out))} --resume` runs them (with fewer --workers if memory ran out); "
+                         f"`autopar sweep {shlex.quote(sweep_file)} --out {shlex.quote(str(out))}{flags} --resume` runs them "
+                         "(with fewer --workers if memory ran out); "
                          f"all in {out / 'summary.md'}")
     if failed:
         raise InputError("sweep", spec.name, f"{len(failed)} of {len(rows)} cases failed (first: {failed[0]['case']}: "

@@ -269,6 +269,17 @@ def test_human_count(value, binary, text):
     assert human_count(value, binary=binary) == text
 
 
+def test_batch_tokens_print_in_the_unit_that_spells_them():
+    """review: --critical-batch-tokens 16M (read as 2**24, like --batch-tokens) printed as 16.8M."""
+    from autopar.report import human_tokens
+
+    assert [human_tokens(v) for v in (2**24, 3 * 2**20, 1e12, 40.5e6)] == ["16M", "3M", "1T", "40.5M"]
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "8192", "--gpus", "64",
+             "--critical-batch-tokens", "16M", "--batches", "1"])
+    assert r.exit_code == 0, r.output
+    assert "critical batch: 16M tokens (" in r.stdout
+
+
 def test_dollars_and_plural():
     from autopar.report import dollars, plural
 
@@ -278,6 +289,8 @@ def test_dollars_and_plural():
     assert dollars(-1234) == "-$1.23K"
     from autopar.report import human_count
     assert human_count(9.995e17) == "1,000P" and human_count(2.5e18) == "2,500P"
+    # below 1e-3 positional digits, three significant, trailing zeros dropped as %g drops them
+    assert [dollars(x) for x in (4.44e-5, 3e-4, 9.99e-4, 1e-3)] == ["$0.0000444", "$0.0003", "$0.000999", "$0.001"]
     assert [plural(1, "point"), plural(2, "point"), plural(1024, "GPU")] == ["1 point", "2 points", "1,024 GPUs"]
 
 

@@ -210,7 +210,7 @@ def test_a_dead_worker_loses_its_cases_not_the_sweep(full, tmp_path, monkeypatch
     monkeypatch.setattr("solvers.sweep.run_case", dying_worker.run_case)  # the workers import it by name
     monkeypatch.setenv(dying_worker.DIE_CASE, order[3])
     monkeypatch.setenv(dying_worker.DIE_AFTER, f"{out / CASES_FILE}:2")  # after two cases finished
-    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out), "--workers", "2", "--quiet"])
+    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out), "--workers", "2", "--quiet", "--threshold", "0.05"])
     assert res.exit_code == 1
     kept = [json.loads(line) for line in (out / CASES_FILE).read_text().splitlines()]
     rows = json.loads((out / "summary.json").read_text())["cases"]
@@ -220,7 +220,8 @@ def test_a_dead_worker_loses_its_cases_not_the_sweep(full, tmp_path, monkeypatch
     assert [r["best_plan"] for r in rows if r["status"] == "error"] == [WORKER_DIED] * len(lost)
     assert res.stderr.strip().splitlines()[-1] == (
         f"Error: sweep='small': {len(lost)} of 8 cases lost: a worker process died (killed or out of memory); "
-        f"`autopar sweep {spec} --out {out} --resume` runs them (with fewer --workers if memory ran out); all in {out / 'summary.md'}")
+        f"`autopar sweep {spec} --out {out} --threshold 0.05 --resume` runs them (with fewer --workers if memory ran out); "
+        f"all in {out / 'summary.md'}")  # the hint repeats the run's own --cost-override / --baseline / --threshold
     assert "Traceback" not in res.output and "internal=" not in res.output
     assert f"\n| gpt2-xl | dgx-h100 | 16 | 2048 | 128 | - | - | - | - | error | {WORKER_DIED} |" in (out / "summary.md").read_text()  # order[3]
     assert sorted(p.name for p in (out / "plots").glob("*.png")) == sorted(PLOT_FILES)
