@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from autopar.cost.rules import legal_mask
 from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
 from autopar.errors import InputError, NoCandidate
+from autopar.fix import FIXABLE
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Dispatcher, GradSync, Plan, RankOrder, Recompute, RecomputeModule, Schedule, stage_layout
@@ -20,8 +21,6 @@ from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
 MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use 2-8; any vpp can be given)
-FIXABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_algo", "order",
-           "dispatcher", "ep_overlap")
 ALLTOALL, DEEPEP = DISPATCHER.index(Dispatcher.alltoall), DISPATCHER.index(Dispatcher.deepep)
 # the overlapped EP exchange exists for these dispatchers only (no framework overlaps the allgather one)
 OVERLAP_DISPATCHERS_RULE = ("overlaps the expert-parallel AllToAll: needs the alltoall or deepep dispatcher (Megatron-Core "

@@ -71,7 +71,7 @@ class SweepSpec(StrictModel):
         if unknown:
             raise ValueError(f"unknown dimension {', '.join(unknown)}; can fix: {', '.join(FIXABLE)}")
         # each value read as search --fix reads it (YAML gives 'on' as True, and '2' stays text otherwise)
-        from autopar.cli.search import parse_fix
+        from autopar.fix import parse_fix
         return parse_fix(",".join(f"{k}={({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}" for k, v in fixed.items()))
 
     @field_validator("gpus", "seq_lens", "global_batches")

@@ -12,7 +12,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_count, write_atomic
-from autopar.cli.search import parse_fix
+from autopar.fix import parse_fix
 from autopar.errors import InputError
 
 if TYPE_CHECKING:  # the planner (numpy, OR-Tools) loads when the command runs, not for --help

@@ -96,7 +96,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
 
     Exits 1 when no trial of the study measured a step time (the table says why each failed)."""
     from autopar.cli.framework import framework_filter
-    from autopar.cli.search import parse_fix
+    from autopar.fix import parse_fix
     from autopar.space import SpaceOptions
     from autopar.specs.costparams import params_for_cluster
     from solvers import SearchRequest, run_search

@@ -43,8 +43,6 @@ def test_registry_text_is_the_commands_short_help():
 
 def test_spelled_choices_match_the_enums():
     from autopar.emit import FORMATS
-    from autopar.space import FIXABLE as SPACE_FIXABLE
-    from autopar.cli.search import FIXABLE
     from autopar.specs import Precision
     from solvers.base import Objective
 
@@ -63,7 +61,6 @@ def test_spelled_choices_match_the_enums():
     assert COLLECTIVES == tuple(c.value for c in Collective)
     assert (NCCL_ALGORITHMS, NCCL_PROTOCOLS) == (ALGORITHMS, PROTOCOLS)
     assert FRAMEWORKS == tuple(FORMATS)
-    assert FIXABLE == SPACE_FIXABLE
     from autopar.cli.search import PER_STAGE_CORES, PER_STAGE_SECONDS
     from solvers.stage_search import DEFAULT_CORES, DEFAULT_SECONDS
 

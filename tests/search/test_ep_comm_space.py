@@ -70,7 +70,7 @@ def test_deepseek_space_offers_the_published_ep_communication():
 
 
 def test_fix_rejects_a_bad_switch():
-    from autopar.cli.search import parse_fix
+    from autopar.fix import parse_fix
 
     assert parse_fix("dispatcher=deepep,ep_overlap=on") == {"dispatcher": "deepep", "ep_overlap": 1}
     with pytest.raises(InputError, match="fix.ep_overlap"):
