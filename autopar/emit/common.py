@@ -144,9 +144,16 @@ def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[st
         f"({training.tokens_per_step:,} tokens), {training.precision_label}",
         f"plan:     {job.plan.text()}",
         f"layout:   dp={est.dp}, {est.num_microbatches} micro-batches per step, stage layers {est.stage_layers}",
-        f"predicted step time {est.step_seconds:.3f} s, {est.tokens_per_second:,.0f} tokens/s, MFU {100 * est.mfu:.1f}%, "
+        f"predicted ({training.stack.value} stack) step time {est.step_seconds:.3f} s, {est.tokens_per_second:,.0f} tokens/s, "
+        f"MFU {100 * est.mfu:.1f}%, "
         f"memory {mem_gb:.2f} GB per GPU of {cap_gb:.2f} GB",
     ]
+    from autopar.cli.common import FRAMEWORK_STACKS  # the stacks each launcher runs (one table, numpy-free)
+
+    runs = FRAMEWORK_STACKS.get(framework, ())
+    if runs and training.stack.value not in runs:
+        lines.append(f"WARNING: predicted for the {training.stack.value} stack; this launcher runs {' or '.join(runs)}: "
+                     f"`autopar estimate --stack {runs[0]}` costs the plan as it runs here")
     if not est.feasible:
         lines.append("WARNING: the cost model marks this plan infeasible: " + "; ".join(est.reasons))
     lines += [f"note: {n}" for n in notes]

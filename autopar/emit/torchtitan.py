@@ -203,6 +203,9 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     tc.compile = {"enable_async_tensor_parallel": async_tp}
     if async_tp or tc.float8:
         tc.compile.update({"enable": True, "components": ["model", "loss"]})
+        if t.stack == Stack.torchtitan:
+            tc.notes.append("the config compiles the model (async TP and Float8 need torch.compile); the prediction above is "
+                            "the eager stack's: `autopar estimate --stack torchtitan-compile` costs the plan as this config runs it")
     tc.activation_checkpoint = AC_MODES[plan.recompute]
     return tc
 

@@ -5,7 +5,7 @@
 # training: seq 8192, global batch 256 sequences (2,097,152 tokens), fp8 tensorwise
 # plan:     tp=4,pp=2,cp=1,ep=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,schedule=1f1b
 # layout:   dp=8, 32 micro-batches per step, stage layers [40, 40]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.
 # note: Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.
 set -euo pipefail

@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 256 sequences (1,048,576 tokens), bf16
 # plan:     tp=2,pp=4,cp=1,ep=1,vpp=1,mbs=1,zero=3,recompute=full,sp=on,schedule=1f1b
 # layout:   dp=8, 32 micro-batches per step, stage layers [20, 20, 20, 20]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-8}

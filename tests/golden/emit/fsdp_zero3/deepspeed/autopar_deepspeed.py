@@ -4,7 +4,8 @@
 # training: seq 8192, global batch 128 sequences (1,048,576 tokens), bf16
 # plan:     tp=1,pp=1,cp=1,ep=1,vpp=1,mbs=1,zero=3,recompute=full,sp=off,schedule=1f1b
 # layout:   dp=8, 16 micro-batches per step, stage layers [32]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# WARNING: predicted for the megatron stack; this launcher runs deepspeed: `autopar estimate --stack deepspeed` costs the plan as it runs here
 # note: Import from the training script: build the model with pipeline_module(specs, loss_fn) (specs = [embedding, one LayerSpec per decoder layer, head]) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize.
 """The plan's pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
 

@@ -4,7 +4,8 @@
 # training: seq 8192, global batch 128 sequences (1,048,576 tokens), bf16
 # plan:     tp=1,pp=1,cp=1,ep=1,vpp=1,mbs=1,zero=3,recompute=full,sp=off,schedule=1f1b
 # layout:   dp=8, 16 micro-batches per step, stage layers [32]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# WARNING: predicted for the megatron stack; this launcher runs torchtitan or torchtitan-compile: `autopar estimate --stack torchtitan` costs the plan as it runs here
 # note: Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan)
 """torchtitan config for one autopar plan: the stock llama3.llama3_8b config with the
 plan's parallelism, batch, precision, activation checkpointing and model options."""

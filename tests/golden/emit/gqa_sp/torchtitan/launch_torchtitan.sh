@@ -5,7 +5,8 @@
 # training: seq 8192, global batch 2048 sequences (16,777,216 tokens), bf16
 # plan:     tp=8,pp=16,cp=1,ep=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,schedule=1f1b
 # layout:   dp=128, 16 micro-batches per step, stage layers [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# WARNING: predicted for the megatron stack; this launcher runs torchtitan or torchtitan-compile: `autopar estimate --stack torchtitan` costs the plan as it runs here
 # note: Runs the generated config module (autopar_torchtitan.py next to this script) with torchtitan >= 0.3.0.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -4,7 +4,7 @@
 # training: seq 8192, global batch 256 sequences (2,097,152 tokens), bf16
 # plan:     tp=2,pp=1,cp=1,ep=1,vpp=1,mbs=1,zero=1,recompute=selective,sp=on,schedule=1f1b
 # layout:   dp=8, 32 micro-batches per step, stage layers [52]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Recipe: megatron.bridge.recipes.nemotronh.nemotronh_8b_pretrain_config(); the overrides below re-plan it and set every recipe default that would change the plan.
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
 """Megatron-Bridge pretraining with the autopar plan applied to the nemotronh_8b_pretrain_config recipe."""

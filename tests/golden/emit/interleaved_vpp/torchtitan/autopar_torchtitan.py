@@ -4,7 +4,8 @@
 # training: seq 8192, global batch 2048 sequences (16,777,216 tokens), bf16
 # plan:     tp=8,pp=4,cp=1,ep=1,vpp=5,mbs=1,zero=1,recompute=selective,sp=on,schedule=interleaved
 # layout:   dp=32, 64 micro-batches per step, stage layers [20, 20, 20, 20]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# WARNING: predicted for the megatron stack; this launcher runs torchtitan or torchtitan-compile: `autopar estimate --stack torchtitan` costs the plan as it runs here
 # note: Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan)
 # note: torchtitan has no optimizer-only ZeRO-1; FSDP2 with reshard_after_forward=never shards gradients and optimizer states (ZeRO-2 memory, same traffic).
 """torchtitan config for one autopar plan: the stock llama3.llama3_70b config with the

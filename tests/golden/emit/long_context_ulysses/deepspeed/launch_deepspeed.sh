@@ -5,7 +5,8 @@
 # training: seq 131072, global batch 16 sequences (2,097,152 tokens), bf16
 # plan:     tp=1,pp=1,cp=8,ep=1,vpp=1,mbs=1,zero=3,recompute=full,sp=off,schedule=1f1b,cp_algo=ulysses
 # layout:   dp=8, 2 micro-batches per step, stage layers [32]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# WARNING: predicted for the megatron stack; this launcher runs deepspeed: `autopar estimate --stack deepspeed` costs the plan as it runs here
 # note: Run on the head node; the pdsh launcher starts every node listed in HOSTFILE (hostname slots=N).
 # note: TRAIN_SCRIPT must call deepspeed.initialize(..., config='ds_config.json') and take the pipeline partition, activation checkpointing and Ulysses groups from autopar_deepspeed.py (next to this script).
 set -euo pipefail

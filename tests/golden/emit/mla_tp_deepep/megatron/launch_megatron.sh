@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 4096 sequences (16,777,216 tokens), bf16
 # plan:     tp=2,pp=1,cp=1,ep=64,etp=1,vpp=1,mbs=1,zero=1,recompute=full,sp=on,schedule=1f1b,dispatcher=deepep
 # layout:   dp=1024, 4 micro-batches per step, stage layers [61]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.
 # note: Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.
 set -euo pipefail

@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 4096 sequences (16,777,216 tokens), bf16
 # plan:     tp=1,pp=16,cp=1,ep=64,vpp=1,mbs=1,zero=1,recompute=full,sp=off,schedule=1f1b
 # layout:   dp=128, 32 micro-batches per step, stage layers [3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-256}

@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 512 sequences (2,097,152 tokens), bf16
 # plan:     tp=1,pp=8,cp=1,ep=1,vpp=1,mbs=1,zero=1,recompute=full,sp=off,schedule=1f1b
 # layout:   dp=8, 64 micro-batches per step, stage layers [10, 10, 10, 10, 10, 10, 10, 10]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-8}

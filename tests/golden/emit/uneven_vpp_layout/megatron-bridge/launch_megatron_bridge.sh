@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 256 sequences (1,048,576 tokens), bf16
 # plan:     tp=4,pp=4,cp=1,ep=1,vpp=2,mbs=1,zero=1,recompute=selective,sp=on,schedule=interleaved,layout=Et*9|(t*10|)*6,t*11L
 # layout:   dp=4, 64 micro-batches per step, stage layers [19, 20, 20, 21]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-8}

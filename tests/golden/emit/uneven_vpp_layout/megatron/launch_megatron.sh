@@ -5,7 +5,7 @@
 # training: seq 4096, global batch 256 sequences (1,048,576 tokens), bf16
 # plan:     tp=4,pp=4,cp=1,ep=1,vpp=2,mbs=1,zero=1,recompute=selective,sp=on,schedule=interleaved,layout=Et*9|(t*10|)*6,t*11L
 # layout:   dp=4, 64 micro-batches per step, stage layers [19, 20, 20, 21]
-# predicted step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
+# predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.
 # note: Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.
 set -euo pipefail
