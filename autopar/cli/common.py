@@ -198,7 +198,15 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
 def check_stage_layout(plan, model):
     """A plan's explicit first/last stage layers checked against the model before costing, so
     the error names first/last rather than a rule that depends on them (vpp)."""
-    plan.layers_per_stage(model.num_layers)
+    stages = plan.layers_per_stage(model.num_layers)
+    # recompute counts past a stage's layers were clamped silently (the plan text kept 999)
+    if plan.recompute_num_layers is not None and plan.recompute_num_layers > max(stages):
+        raise InputError("plan.recompute_num_layers", plan.recompute_num_layers,
+                         f"recomputes layers of one pipeline stage: at most {max(stages)} (stages hold {'/'.join(map(str, stages))} layers)")
+    counts = plan.stage_recompute_layers
+    if counts is not None and any(c > n for c, n in zip(counts, stages)):
+        raise InputError("plan.stage_recompute_layers", "/".join(map(str, counts)),
+                         f"recomputes layers of each pipeline stage: at most {'/'.join(map(str, stages))}")
     return plan
 
 

@@ -260,7 +260,8 @@ class Plan(StrictModel):
             raise ValueError("layout and first/last stage layers are two ways to say the same thing: give one")
         if self.stage_recompute_layers is not None:
             if len(self.stage_recompute_layers) != self.pp or min(self.stage_recompute_layers) < 0:
-                raise ValueError(f"stage_recompute_layers needs pp={self.pp} counts >= 0, got {len(self.stage_recompute_layers)}")
+                raise ValueError(f"stage_recompute_layers needs pp={self.pp} counts >= 0, got "
+                                 f"{len(self.stage_recompute_layers)} ({'/'.join(map(str, self.stage_recompute_layers))})")
             if self.recompute != Recompute.full or self.recompute_num_layers is not None:
                 raise ValueError("stage_recompute_layers needs recompute=full and no recompute_num_layers")
         if self.recompute_modules is not None:

@@ -62,3 +62,15 @@ def test_bad_input_is_one_line_and_exit_1(args, fragment):
     assert r.exit_code == 1
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], r.output
+
+
+@pytest.mark.parametrize("plan, line", [
+    # review: counts past a stage's layers were clamped silently while the plan text kept them
+    ("pp=2,recompute=full,stage_recompute_layers=999/0",
+     "Error: plan.stage_recompute_layers='999/0': recomputes layers of each pipeline stage: at most 40/40"),
+    ("recompute=full,recompute_layers=100",
+     "Error: plan.recompute_num_layers=100: recomputes layers of one pipeline stage: at most 80 (stages hold 80 layers)"),
+])
+def test_recompute_counts_past_a_stage_are_refused(plan, line):
+    r = run(BASE + ["--global-batch-tokens", "16M", "--plan", "tp=8," + plan])
+    assert r.exit_code == 1 and r.output.strip() == line
