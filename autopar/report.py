@@ -12,18 +12,27 @@ COUNT_UNITS = ("", "K", "M", "G", "T", "P")  # the suffixes autopar reads back (
 MONEY_UNITS = ("", "K", "M", "B", "T")  # dollars: $1.2B, as --budget reads it
 
 
+def _scaled(value: float, base: float, units: tuple[str, ...], digits: int) -> tuple[float, int]:
+    """(value in its unit, the unit's index): the unit that leaves 1 to 999 of it at `digits`
+    significant digits, up while the rounded value has four digits (999,600 is 1M, not 1e+03K;
+    1,000 x 2**10 is 0.977M)."""
+    scaled, unit = float(value), 0
+    while unit < len(units) - 1 and _rounded(scaled, digits) >= 1000:
+        scaled, unit = scaled / base, unit + 1
+    return scaled, unit
+
+
+def _rounded(x: float, digits: int) -> float:
+    return abs(float(f"{x:.{digits}g}"))
+
+
 def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COUNT_UNITS, digits: int = 3) -> str:
     """A count or size for people: `digits` significant digits in the unit that leaves 1 to 999
     of it (10M, 1.05T, 512, 128K), never %g's 1e-05T or 1.04858e+06M. binary=True steps by
     1,024, as batches in tokens are read (16M = 2**24 tokens, --global-batch-tokens)."""
-    base = 1024.0 if binary else 1000.0
-    scaled, unit = float(value), 0
-    # up while the rounded value has four digits: 999,600 is 1M, not 1e+03K; 1,000 x 2**10 is 0.977M
-    rounded = lambda x: abs(float(f"{x:.{digits}g}"))  # noqa: E731
-    while unit < len(units) - 1 and rounded(scaled) >= 1000:
-        scaled, unit = scaled / base, unit + 1
+    scaled, unit = _scaled(value, 1024.0 if binary else 1000.0, units, digits)
     # past the top unit, whole numbers with separators: 999.5P rounds to 1,000P, not %g's 1e+03P
-    if rounded(scaled) >= 1000:
+    if _rounded(scaled, digits) >= 1000:
         return f"{scaled:,.0f}{units[unit]}"
     # below 1e-3, positional digits: $0.0000444 a step, not %g's 4.44e-05
     if 0 < abs(scaled) < 1e-3:
@@ -36,10 +45,8 @@ def human_tokens(value: float) -> str:
     """A batch in tokens: in powers of two when that spells it exactly (2**24 is 16M, as
     --batch-tokens and the plan table read it), else in powers of ten (a cap at a 1e12-token run
     is 1T, not 931G; 40.5e6 is 40.5M)."""
-    text = human_count(value, binary=True)
-    number = text.rstrip("".join(COUNT_UNITS))
-    exact = float(number.replace(",", "")) * 1024.0 ** COUNT_UNITS.index(text[len(number):]) == value
-    return text if exact else human_count(value)
+    scaled, _ = _scaled(value, 1024.0, COUNT_UNITS, 3)
+    return human_count(value, binary=_rounded(scaled, 3) == abs(scaled))
 
 
 def dollars(usd: float | None, digits: int = 3) -> str:

@@ -82,9 +82,6 @@ def model_cluster_options(f: Callable) -> Callable:
 
 STACKS = ("megatron", "torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "deepspeed")
 MOE_ROUTINGS = ("learned", "balanced", "contiguous")  # autopar.specs.training.MoeRouting
-# The software stacks each launcher framework runs (profiles/stacks/); the first is its default.
-FRAMEWORK_STACKS = {"megatron": ("megatron",), "megatron-bridge": ("megatron",), "deepspeed": ("deepspeed",),
-                    "torchtitan": ("torchtitan", "torchtitan-compile")}
 
 
 def training_options(f: Callable) -> Callable:
@@ -139,6 +136,8 @@ def default_global_batch(seq_len: int, max_tokens: int | None = None) -> int:
 
 def resolve_stack(stack: str | None, framework: str | None) -> str:
     """--stack, defaulting to the framework's own stack; the two must agree when both are given."""
+    from autopar.emit.common import FRAMEWORK_STACKS
+
     allowed = FRAMEWORK_STACKS.get(framework or "")
     if stack is None:
         return allowed[0] if allowed else "megatron"

@@ -14,6 +14,11 @@ from autopar.specs.plan import Plan, Recompute
 from autopar.specs.results import Results
 from autopar.specs.training import TrainingSpec
 
+# The software stacks each launcher framework runs (profiles/stacks/); the first is its default
+# (--stack with --framework, and the emitted headers' warning).
+FRAMEWORK_STACKS = {"megatron": ("megatron",), "megatron-bridge": ("megatron",), "deepspeed": ("deepspeed",),
+                    "torchtitan": ("torchtitan", "torchtitan-compile")}
+
 GB = 1e9
 
 MEGATRON_CORE_FRAMEWORKS = ("megatron", "megatron-bridge")
@@ -148,8 +153,6 @@ def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[st
         f"MFU {100 * est.mfu:.1f}%, "
         f"memory {mem_gb:.2f} GB per GPU of {cap_gb:.2f} GB",
     ]
-    from autopar.cli.common import FRAMEWORK_STACKS  # the stacks each launcher runs (one table, numpy-free)
-
     runs = FRAMEWORK_STACKS.get(framework, ())
     if runs and training.stack.value not in runs:
         lines.append(f"WARNING: predicted for the {training.stack.value} stack; this launcher runs {' or '.join(runs)}: "
