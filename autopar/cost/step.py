@@ -478,6 +478,18 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     return np.where(off[:, None], 0.0, total)
 
 
+def gradient_bytes_per_param(tr, stack) -> float:
+    """Bytes per parameter of the gradient buffer: the training spec's, or the reduction dtype's when
+    the stack keeps its gradients in it (Megatron-Core: 4-byte main gradients with an fp32
+    reduction, the 18 = 6 + 12/d bytes per parameter of Megatron-LM's
+    docs/user-guide/features/dist_optimizer.md for bf16 parameters and fp32 gradients). The same
+    table's fp32 copy of a 16-bit gradient shard (4 + 16/d) is made at the optimizer step, after
+    the activations are freed, so it is not part of the peak this model takes."""
+    if stack.grads_in_reduce_dtype:
+        return max(tr.grad_bytes_per_param, tr.grad_reduce_bytes_per_param)
+    return tr.grad_bytes_per_param
+
+
 def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, share_off, dense, routed):
     """Bytes per GPU by component, per plan x kept stage (stage_idx; last_rank holds the logits); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
@@ -496,9 +508,10 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, shar
     trained = 0.0 if tr.frozen_weights else 1.0  # LoRA: adapters' state is negligible
     # gradients reduced once per step accumulate unsharded (ZeRO-2/3 with grad_sync=step)
     grads_sharded = col(t.grad_sync) == GRAD_SYNC.index(GradSync.microbatch)
+    grad_bytes = gradient_bytes_per_param(tr, b.stack)
     out = {
         "weights": sharded(3, tr.weight_bytes_per_param),
-        "gradients": trained * np.where(grads_sharded, sharded(2, tr.grad_bytes_per_param), sharded(99, tr.grad_bytes_per_param)),
+        "gradients": trained * np.where(grads_sharded, sharded(2, grad_bytes), sharded(99, grad_bytes)),
         "optimizer_states": trained * sharded(1, tr.optimizer_bytes_per_param),
     }
     stored = [stored_activation_bytes(b, i) for i in kinds]

@@ -69,6 +69,11 @@ class StackSpec(StrictModel):
                                                                     "multi_stream_cublas_gemm), each costing host time "
                                                                     "(moe.host_expert_forward_seconds); grouped: one kernel for all "
                                                                     "of them (torch._grouped_mm)")
+    grads_in_reduce_dtype: bool = Field(False, description="The gradient buffer holds each gradient in the data-parallel "
+                                        "reduction's dtype, so an fp32 reduction keeps 4-byte gradients (Megatron-Core DDP: one "
+                                        "buffer, grad_dtype fp32 if grad_reduce_in_fp32 else the parameter's; Megatron-LM's --bf16 "
+                                        "reduces in fp32 unless --grad-reduce-in-bf16). False: the bf16 gradient of the 16-byte "
+                                        "convention (seed 000), whose fp32 copy the optimizer's 12 bytes hold")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each choice comes from")
 
     @property

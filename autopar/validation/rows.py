@@ -88,6 +88,10 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   SHARD_GRAD_OP keeps the gathered weights from forward to backward (reshard off)
 - ZeRO: 3 for FSDP rows; 1 (distributed optimizer) for Megatron/NeMo rows from 2022 on; 0 for 2021 software
 - flash attention: off for 2021 software (unfused softmax), on otherwise
+- gradient reduction: bf16 for NeMo rows, whose performance recipes set it (NeMo-Framework-Launcher
+  conf/training/*_performance.yaml optim.grad_sync_dtype: bf16; NeMo 2.0 scripts/performance/helpers.py
+  set_precision_configs: grad_reduce_in_fp32 = False); fp32 otherwise (Megatron-LM's default with --bf16),
+  which Megatron-Core also keeps its main gradients in
 - TP communication overlap: off for 2021 software and for stacks without it; on with sequence parallel
   in Megatron; async TP in torchtitan when the row says so
 - FP8 recipe: rowwise when the precision says so (torchao), else tensorwise (the rows predate
@@ -608,6 +612,8 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
         fields["fp8_param_gather"] = bool(FP8_PARAM_GATHER_STATED.search(_text(row, "precision", "variant", "notes")))
     if row.get("moe_num_experts"):
         fields.update(_moe_training(row))
+    if fields["stack"] == Stack.megatron and "nemo" in _text(row, "software"):
+        fields["grad_reduce_bytes_per_param"] = 2.0  # NeMo's performance recipes reduce gradients in bf16
     date = software_date(row)
     if fields["stack"] in (Stack.torchtitan, Stack.torchtitan_compile) and date is not None and date < SAC_SAVES_CUDNN_SINCE:
         fields["sac_saves_cudnn_attention"] = False

@@ -10,6 +10,7 @@ from autopar.cost.flops import total_params
 from autopar.cost.memory import in_flight_microbatches, layer_activation_bytes, recomputed_input_bytes, stored_activation_bytes
 from autopar.specs import ModelSpec, TrainingSpec, load_model, parse_plan
 from autopar.specs.plan import Schedule
+from autopar.specs.training import Stack
 
 S, H, A, B = 2048, 4096, 32, 1  # sequence, hidden, heads, micro-batch (legend of the paper)
 GPT = ModelSpec(name="gpt-korthikanti", num_layers=8, hidden_size=H, num_attention_heads=A,
@@ -80,10 +81,12 @@ def test_in_flight_microbatches(p, v, schedule, stage, expected):
 
 
 def test_zero3_shards_all_static_state(superpod, params):
-    # seed 000 'ZeRO: экономия памяти': 16 bytes/param / N with ZeRO-3 (7B, 64 GPUs -> ~1.7 GB)
+    # seed 000 'ZeRO: экономия памяти': 16 bytes/param / N with ZeRO-3 (7B, 64 GPUs -> ~1.7 GB), the
+    # ZeRO paper's 2 + 2 + 12 convention, as DeepSpeed keeps it
     model = load_model("llama2-7b")
     cluster = superpod.with_gpus(64)
-    mem = estimate(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=3"), params).memory_breakdown
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, stack=Stack.deepspeed)
+    mem = estimate(model, cluster, training, parse_plan("zero=3"), params).memory_breakdown
     static = mem["weights"] + mem["gradients"] + mem["optimizer_states"]
     assert static == pytest.approx(total_params(model) * 16 / 64, rel=1e-6)
     assert static / 1e9 == pytest.approx(1.75, abs=0.07)  # 6.74B params, not a round 7B
@@ -92,10 +95,33 @@ def test_zero3_shards_all_static_state(superpod, params):
 def test_zero1_shards_only_optimizer(superpod, params):
     model = load_model("llama2-7b")
     cluster = superpod.with_gpus(64)
-    mem = estimate(model, cluster, TrainingSpec(seq_len=4096, global_batch_size=64), parse_plan("zero=1"), params).memory_breakdown
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, stack=Stack.deepspeed)
+    mem = estimate(model, cluster, training, parse_plan("zero=1"), params).memory_breakdown
     n = total_params(model)
     assert mem["weights"] == pytest.approx(2 * n) and mem["gradients"] == pytest.approx(2 * n)
     assert mem["optimizer_states"] == pytest.approx(12 * n / 64)
+
+
+@pytest.mark.parametrize(
+    "reduce_bytes, zero, per_param, per_param_sharded",
+    [
+        (4.0, 1, 6, 12),  # bf16 parameters, fp32 gradients, distributed optimizer: 6 + 12/d
+        (4.0, 0, 18, 0),  # no distributed optimizer: 18
+        # 16-bit gradients (--grad-reduce-in-bf16): 4 + 12/d; the table's 4 + 16/d adds the fp32
+        # copy of the gradient shard the optimizer step makes after the activations are freed
+        (2.0, 1, 4, 12),
+    ],
+)
+def test_megatron_keeps_main_gradients_in_the_reduction_dtype(superpod, params, reduce_bytes, zero, per_param, per_param_sharded):
+    # Megatron-LM docs/user-guide/features/dist_optimizer.md, bytes per parameter (d = data parallel
+    # size); Megatron-Core's grad buffer is fp32 exactly when the reduction is
+    model = load_model("llama2-7b")
+    cluster = superpod.with_gpus(64)
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, stack=Stack.megatron, grad_reduce_bytes_per_param=reduce_bytes)
+    mem = estimate(model, cluster, training, parse_plan(f"zero={zero}"), params).memory_breakdown
+    n = total_params(model)
+    static = mem["weights"] + mem["gradients"] + mem["optimizer_states"]
+    assert static == pytest.approx(n * (per_param + per_param_sharded / 64), rel=1e-6)
 
 
 @pytest.mark.parametrize(
