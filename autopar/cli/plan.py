@@ -63,11 +63,18 @@ def parse_noise(text: str | None) -> tuple[float, float] | None:
 
 
 def parse_days(value: str | None) -> float | None:
+    """'60d' -> 60, '1440h' -> 60, '8w' -> 56, '60' -> 60 days: a duration, not a count, so no K/M/G/T."""
     if value is None:
         return None
-    text = str(value).strip().lower()
+    text = str(value).strip().lower().replace(",", "").replace("_", "")
     unit = _DAYS.get(text[-1:], None)
-    return parse_amount(text[:-1] if unit else text, "deadline") * (unit or 1.0)
+    try:
+        days = float(text[:-1] if unit else text) * (unit or 1.0)
+    except ValueError:
+        raise InputError("deadline", value, "must be a duration: a number of days, or with a d/h/w suffix (60d, 1440h, 8w)") from None
+    if not (math.isfinite(days) and days > 0):
+        raise InputError("deadline", value, "must be a positive, finite duration (60d, 1440h, 8w)")
+    return days
 
 
 def parse_gpus(text: str | None, default_max: int, per_node: int) -> list[int]:

@@ -171,7 +171,10 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "nan"], "Error: tokens='nan': must be a positive, finite number"),
     (["--tokens", "-5T"], "Error: tokens='-5T': must be a positive, finite number"),
     (["--tokens", "lots"], "Error: tokens='lots': must be a number"),
-    (["--tokens", "1T", "--deadline", "0d"], "Error: deadline='0': must be a positive, finite number"),
+    (["--tokens", "1T", "--deadline", "0d"], "Error: deadline='0d': must be a positive, finite duration (60d, 1440h, 8w)"),
+    # a duration: days, hours or weeks, not the K/M/G/T of counts (it asked for a K/M/G/T suffix)
+    (["--tokens", "1T", "--deadline", "1x"], "Error: deadline='1x': must be a duration: a number of days, or with a d/h/w suffix (60d, 1440h, 8w)"),
+    (["--tokens", "1T", "--deadline", "5k"], "Error: deadline='5k': must be a duration: a number of days, or with a d/h/w suffix"),
     (["--tokens", "1T", "--budget", "inf"], "Error: budget='inf': must be a positive, finite number"),
     (["--tokens", "1T", "--batch-tokens", "nan"], "Error: batch-tokens='nan': must be a positive, finite number"),
     (["--tokens", "1T", "--gpus", "64:8"], "Error: gpus='64:8': the range must run from the smaller count to the larger"),
@@ -318,3 +321,9 @@ def test_a_fix_one_gpu_count_cannot_take_leaves_that_count_without_a_plan():
              "--fix", "ep=16"])
     assert r.exit_code == 0, r.output
     assert "fix.ep=16: no candidate plan for 8 GPUs" in r.stdout and "ep=16" in r.stdout.split("\n")[3]
+
+
+def test_deadline_is_a_duration_in_days_hours_or_weeks():
+    from autopar.cli.plan import parse_days
+
+    assert [parse_days(v) for v in ("60d", "1440h", "8w", "60", " 1,440H ")] == [60.0, 60.0, 56.0, 60.0, 60.0]
