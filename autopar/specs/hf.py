@@ -12,6 +12,11 @@ full_attention_interval); Nemotron-H's hybrid Mamba-2 models (transformers-style
 configuration_nemotron_h.py: hybrid_override_pattern or a layers_block_type list, mamba_* and
 ssm_state_size keys, squared-ReLU MLP, MoE layers 'E', Nemotron 3 Super/Ultra's LatentMoE
 moe_latent_size). Other hybrid linear-attention / state-space models are refused by name.
+
+A config's model_type must be one of MODEL_TYPES (a config without one is read as Llama-style):
+an encoder (BERT), an encoder-decoder (T5) or another hybrid (Jamba) has layers autopar does not
+cost, and reading its keys as a decoder's would cost another network. A number written as text
+("hidden_size": "4096") is refused naming the key: pydantic would read it as a number silently.
 """
 
 from __future__ import annotations
@@ -39,6 +44,37 @@ ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attenti
 # (_nemotron_h) are costed
 HYBRID_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_type_list", "mamba_d_state")
 LINEAR_ATTENTION = "linear_attention"
+# HF model_type values whose config.json this module reads (the text model's, under text_config):
+# the families named above, and the Llama-style decoders of GATED_FAMILIES (GLM-4, OLMo, Phi-3,
+# Granite); Kimi K2 is DeepSeek-V3's network under its own name
+MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "glm", "glm4", "glm4_moe", "gpt2",
+               "gpt_oss", "granite", "granitemoe", "kimi_k2", "llama", "llama4", "llama4_text", "mistral", "mixtral", "nemotron_h",
+               "olmo", "olmo2", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next")
+# model types refused with the reason: what their layers are that autopar has no cost for
+UNSUPPORTED_KINDS = {
+    "jamba": "a hybrid of attention and Mamba-1 layers", "falcon_h1": "a hybrid of attention and Mamba-2 heads in one layer",
+    "zamba": "a hybrid of Mamba and shared attention layers", "zamba2": "a hybrid of Mamba-2 and shared attention layers",
+    "minimax": "a hybrid of lightning (linear) and softmax attention layers", "mamba": "a state-space model", "mamba2": "a state-space model",
+    "rwkv": "a linear-recurrence model", "bert": "an encoder (bidirectional, no causal LM head)", "roberta": "an encoder",
+    "deberta": "an encoder", "deberta-v2": "an encoder", "electra": "an encoder", "t5": "an encoder-decoder", "bart": "an encoder-decoder",
+    "mt5": "an encoder-decoder", "whisper": "a speech encoder-decoder",
+}
+# keys this module reads as numbers: a string there ("4096") is refused, not coerced by pydantic
+NUMBER_KEYS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "intermediate_size_mlp", "vocab_size", "max_position_embeddings", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+    "norm_eps", "num_nextn_predict_layers", "swiglu_limit", "rope_theta", "partial_rotary_factor", "rotary_pct",
+    "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+    "shared_expert_intermediate_size", "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step",
+    "moe_layer_freq", "n_group", "topk_group", "routed_scaling_factor", "sliding_window", "attention_chunk_size",
+    "max_window_layers", "sliding_window_pattern", "no_rope_layer_interval", "full_attention_interval", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
+    "mamba_head_dim", "ssm_state_size", "n_groups", "mamba_n_groups", "conv_kernel", "mamba_d_conv", "chunk_size",
+    "mamba_chunk_size", "moe_shared_expert_intermediate_size", "moe_latent_size", "attention_head_dim", "kv_lora_rank",
+    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_layer", "n_embd", "n_head", "n_positions", "n_inner",
+)
+ROPE_NUMBER_KEYS = ("rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
+                    "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor")
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -67,6 +103,38 @@ def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
         cfg.setdefault("tie_word_embeddings", True)
         cfg["_gpt2"] = True
     return cfg
+
+
+def _check_numbers(cfg: dict[str, Any], field: str) -> None:
+    """Refuse a number written as text in a key the importer reads (and in the RoPE scaling
+    mappings), naming the key: JSON "4096" is a string, which pydantic would take as 4096."""
+    for key in NUMBER_KEYS:
+        if isinstance(cfg.get(key), str):
+            raise InputError(f"{field}.{key}", cfg[key], "must be a JSON number, not a string (write 4096, not \"4096\")")
+    for group in ("rope_scaling", "rope_parameters"):
+        values = cfg.get(group)
+        for key in ROPE_NUMBER_KEYS if isinstance(values, dict) else ():
+            if isinstance(values.get(key), str):
+                raise InputError(f"{field}.{group}.{key}", values[key], "must be a JSON number, not a string")
+    if isinstance(cfg.get("text_config"), dict):
+        _check_numbers(cfg["text_config"], f"{field}.text_config")
+
+
+def _check_model_type(cfg: dict[str, Any], field: str) -> str:
+    """The text model's model_type, lower case ('' when the config names none: read as
+    Llama-style); a type outside MODEL_TYPES is refused naming it and the supported ones."""
+    nested = isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]
+    key = f"{field}.text_config.model_type" if nested else f"{field}.model_type"
+    value = cfg["text_config"]["model_type"] if nested else cfg.get("model_type")
+    if value is None or value == "":
+        return ""
+    mtype = str(value).lower()
+    if mtype not in MODEL_TYPES:
+        kind = UNSUPPORTED_KINDS.get(mtype)
+        why = (f"{kind}, not a decoder of the layers autopar costs (softmax attention, GatedDeltaNet, Nemotron-H's "
+               "Mamba-2, MLP/MoE)" if kind else "not a HuggingFace model type autopar reads")
+        raise InputError(key, value, f"{why}; supported model types: {', '.join(MODEL_TYPES)}")
+    return mtype
 
 
 def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
@@ -144,10 +212,12 @@ def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, na
         types = ["full_attention" if t == LINEAR_ATTENTION else t for t in types]
     other = sorted({str(t) for t in types if t not in ATTENTION_LAYER_TYPES}) if isinstance(types, list) else []
     if hybrid or other:
-        key, what = ("layer_types", f"layer_types {other}") if other else (hybrid[0], f"key {hybrid[0]}")
-        raise InputError(f"{field}.{key}", name, f"hybrid model ({what}): autopar costs softmax attention layers (full, "
-                         "sliding-window, chunked) and MLP/MoE blocks, not linear-attention or state-space layers "
-                         "(GatedDeltaNet, Mamba)")
+        # the offending key and its value (the layer kinds autopar has no cost for), not the model's name
+        key, value = ("layer_types", other) if other else (hybrid[0], cfg[hybrid[0]])
+        raise InputError(f"{field}.{key}", value, f"names layers of a hybrid model ({name}): autopar costs softmax attention "
+                         "layers (full, sliding-window, chunked), MLP/MoE blocks, GatedDeltaNet layers given their linear_* "
+                         "shape keys (Qwen3-Next) and Mamba-2 blocks given mamba_num_heads (Nemotron-H), not other "
+                         "linear-attention or state-space layers")
     if isinstance(types, list) and types:
         if len(types) != layers:
             raise InputError(f"{field}.layer_types", len(types), f"must name one kind per layer (num_hidden_layers={layers})")
@@ -267,8 +337,9 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
 
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
     """ModelSpec fields from a HuggingFace config.json mapping."""
+    _check_numbers(cfg, field)
+    mtype = _check_model_type(cfg, field)
     cfg = _flatten(cfg)
-    mtype = str(cfg.get("model_type", "")).lower()
     layers = _get(cfg, "num_hidden_layers", field, name)
     heads = _get(cfg, "num_attention_heads", field, name)
     act = str(cfg.get("hidden_act", "silu")).lower()

@@ -202,3 +202,68 @@ def test_partial_rotary_and_zero_centered_norms(tmp_path):
     cfg = json.loads(open("profiles/models/qwen3-next-80b-a3b.json").read())
     with pytest.raises(InputError, match=r"^model.rotary_percent=0.3: must rotate an even whole number"):
         load_model(str(_write(tmp_path, {**cfg, "partial_rotary_factor": 0.3}, "q3n-odd")))
+
+
+# ai21labs/AI21-Jamba-1.5-Mini config.json (abridged): attention every 8th layer, Mamba-1 mixers elsewhere
+JAMBA = {"model_type": "jamba", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "intermediate_size": 14336, "vocab_size": 65536, "attn_layer_period": 8, "attn_layer_offset": 4, "num_experts": 16,
+         "num_experts_per_tok": 2, "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 16, "mamba_d_conv": 4,
+         "mamba_expand": 2}
+
+
+def test_unsupported_model_types_are_refused_naming_the_type_and_the_supported_ones(tmp_path):
+    # review: Jamba's error showed the model's name as the value of model.mamba_d_state; a BERT
+    # config (an encoder) was costed as a decoder without a word
+    for cfg, value, kind in ((JAMBA, "jamba", "a hybrid of attention and Mamba-1 layers"),
+                             ({**QWEN3_MOE, "model_type": "bert"}, "bert", "an encoder"),
+                             ({**QWEN3_MOE, "model_type": "made_up"}, "made_up", "not a HuggingFace model type autopar reads")):
+        with pytest.raises(InputError) as err:
+            load_model(str(_write(tmp_path, cfg, value)))
+        assert (err.value.field, err.value.value) == ("model.model_type", value)
+        assert str(err.value).startswith(f"model.model_type='{value}': {kind}")
+        assert "supported model types: deepseek_v2, deepseek_v3, " in str(err.value) and "qwen3_next" in str(err.value)
+    # a nested text config names its own model_type
+    scout = {**SCOUT, "text_config": {**SCOUT["text_config"], "model_type": "t5"}}
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, scout, "nested")))
+    assert (err.value.field, err.value.value) == ("model.text_config.model_type", "t5")
+
+
+def test_a_hybrid_key_names_its_value_not_the_model():
+    from autopar.specs.model import model_from_mapping
+
+    cfg = {k: v for k, v in JAMBA.items() if k != "model_type"}  # no model_type: read as Llama-style until the Mamba keys
+    with pytest.raises(InputError) as err:
+        model_from_mapping(cfg, "jamba-mini")
+    assert (err.value.field, err.value.value) == ("model.mamba_d_state", 16)
+    assert str(err.value).startswith("model.mamba_d_state=16: names layers of a hybrid model (jamba-mini)")
+    cfg = {**QWEN3_MOE, "layer_types": ["full_attention", "mamba"] * 24}
+    with pytest.raises(InputError) as err:
+        model_from_mapping(cfg, "m")
+    assert (err.value.field, err.value.value) == ("model.layer_types", ["mamba"])
+
+
+def test_a_number_written_as_text_is_refused_naming_the_key(tmp_path):
+    # review: "hidden_size": "4096" was read as 4096 without a word (pydantic's lax mode)
+    from autopar.specs.model import model_from_mapping
+
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, {**QWEN3_MOE, "hidden_size": "2048"})))
+    assert str(err.value) == "model.hidden_size='2048': must be a JSON number, not a string (write 4096, not \"4096\")"
+    # GPT-2 names are checked before they are mapped (n_embd x 4 would repeat the text)
+    with pytest.raises(InputError, match=r"^model.n_embd='768': must be a JSON number"):
+        model_from_mapping({**GPT2, "n_embd": "768"}, "gpt2")
+    with pytest.raises(InputError, match=r"^model.text_config.num_local_experts='16': must be a JSON number"):
+        model_from_mapping({**SCOUT, "text_config": {**SCOUT["text_config"], "num_local_experts": "16"}}, "scout")
+    with pytest.raises(InputError, match=r"^model.rope_scaling.factor='8.0': must be a JSON number"):
+        model_from_mapping({**QWEN3_MOE, "rope_scaling": {"rope_type": "yarn", "factor": "8.0"}}, "m")
+
+
+def test_every_preset_model_type_is_supported():
+    from pathlib import Path
+
+    from autopar.specs.hf import MODEL_TYPES
+
+    root = Path(__file__).resolve().parents[2] / "profiles" / "models"
+    types = {json.loads(p.read_text()).get("model_type") for p in root.glob("*.json")}
+    assert types - {None} <= set(MODEL_TYPES) and "llama" in types and "nemotron_h" in types
