@@ -7,7 +7,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import FRAMEWORKS, PRECISIONS, check_stage_layout, flush_notes, resolve_inputs, resolve_training
-from autopar.errors import InputError
+from autopar.errors import InputError, Missing
 
 
 def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
@@ -18,8 +18,12 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
     from autopar.specs import parse_plan
 
     missing = [name for name, value in (("--model", model_name), ("--cluster", cluster_name), ("--plan", plan_text)) if value is None]
+    if len(missing) == 3:
+        raise InputError("results", Missing(), "give a RESULTS.json file (from `autopar search --out`), or a hand-written plan "
+                         "with --model, --cluster and --plan (see `autopar emit --help`)")
     if missing:
-        raise InputError("emit", " ".join(missing), "give a RESULTS.json file, or --model, --cluster and --plan")
+        raise InputError(missing[0].removeprefix("--"), Missing(), f"a hand-written plan needs --model, --cluster and --plan "
+                         f"(missing {', '.join(missing)}); or give a RESULTS.json file")
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, framework=framework)  # the launcher's stack
     if grad_reduce_bytes is not None:  # torchtitan reduces gradients in fp32 only: plan with 4
@@ -33,18 +37,25 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
 @click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True, help="Which plan of the results file (1 = best)")
 @click.option("--format", "fmt", type=click.Choice(FRAMEWORKS), required=True, help="Launcher to write")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Folder to write into; default: print to stdout")
-@click.option("--model", "model_name", default=None, hidden=True)
-@click.option("--cluster", "cluster_name", default=None, hidden=True)
-@click.option("--gpus", type=int, default=None, hidden=True)
-@click.option("--seq-len", type=int, default=None, hidden=True)
-@click.option("--global-batch", type=int, default=None, hidden=True)
-@click.option("--global-batch-tokens", default=None, hidden=True)
-@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", hidden=True)
-@click.option("--plan", "plan_text", default=None, hidden=True)
+@click.option("--model", "model_name", default=None,
+              help="Instead of RESULTS: model preset, autopar model file, HF config.json or checkpoint directory (with --cluster, --plan)")
+@click.option("--cluster", "cluster_name", default=None, help="Instead of RESULTS: cluster preset or YAML file")
+@click.option("--gpus", type=int, default=None, help="Instead of RESULTS: total GPUs; default: the cluster file's size")
+@click.option("--seq-len", type=int, default=None,
+              help="Instead of RESULTS: sequence length, tokens; default: the model's max_position_embeddings, at most 8192")
+@click.option("--global-batch", type=int, default=None, help="Instead of RESULTS: global batch in sequences")
+@click.option("--global-batch-tokens", default=None,
+              help="Instead of RESULTS: global batch in tokens, K/M/G powers of two; default: about 4M tokens")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="Instead of RESULTS: GEMM precision")
+@click.option("--plan", "plan_text", default=None,
+              help="Instead of RESULTS: the plan to launch, as for `autopar estimate`, e.g. tp=8,pp=4,vpp=5,zero=1,recompute=selective")
 @click.option("--grad-reduce-bytes", type=click.FloatRange(min=1, max=4), default=None, hidden=True)
 def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
          grad_reduce_bytes):
     """Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`).
+
+    Or for a hand-written plan: --model, --cluster and --plan instead of RESULTS (sequence and
+    batch default as in `autopar estimate`); the plan is costed on the launcher's stack.
 
     Each config is re-checked against the framework's own rules; a plan the framework would
     reject is refused with the rule it breaks.

@@ -1,5 +1,5 @@
 """`autopar emit` on a results file built in code (the search command is not needed), and the
-hidden --model/--cluster/--plan form. Errors are one line and exit 1."""
+--model/--cluster/--plan form of a hand-written plan. Errors are one line and exit 1."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_missing_results_file_is_one_line():
     assert result.exit_code == 1 and "cannot read file" in result.output
 
 
-def test_hidden_plan_options(tmp_path):
+def test_hand_written_plan_options(tmp_path):
     args = ["emit", *README, "--plan", "tp=8,pp=4,vpp=5,recompute=selective", "--format", "torchtitan", "--out", str(tmp_path),
             "--grad-reduce-bytes", "4"]
     result = CliRunner().invoke(main, args)
@@ -78,8 +78,22 @@ def test_hidden_plan_options(tmp_path):
 
 
 def test_neither_results_nor_plan_is_an_error():
+    # review: the error named --model/--cluster/--plan, which --help did not show
     result = CliRunner().invoke(main, ["emit", "--format", "megatron"])
-    assert result.exit_code == 1 and "give a RESULTS.json file" in result.output
+    assert result.exit_code == 1
+    assert result.output == ("Error: results=(missing): give a RESULTS.json file (from `autopar search --out`), or a hand-written "
+                             "plan with --model, --cluster and --plan (see `autopar emit --help`)\n")
+    result = CliRunner().invoke(main, ["emit", "--format", "megatron", "--model", "llama3-8b", "--cluster", "dgx-h100"])
+    assert result.exit_code == 1
+    assert result.output == ("Error: plan=(missing): a hand-written plan needs --model, --cluster and --plan (missing --plan); "
+                             "or give a RESULTS.json file\n")
+
+
+def test_help_shows_the_hand_written_plan_options():
+    text = CliRunner().invoke(main, ["emit", "--help"], terminal_width=200).output
+    for option in ("--model", "--cluster", "--gpus", "--seq-len", "--global-batch", "--global-batch-tokens", "--precision", "--plan"):
+        assert f"  {option} " in text, option
+    assert "Instead of RESULTS: the plan to launch" in text
 
 
 def test_emit_results_helper_for_search(results_file, tmp_path):
