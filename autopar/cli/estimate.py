@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import check_stage_layout, dump_json, flush_notes, model_cluster_options, resolve_inputs, resolve_training, training_options
+from autopar.cli.common import (check_stage_layout, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
+                                training_options)
 
 
 @main.command()
@@ -13,9 +14,10 @@ from autopar.cli.common import check_stage_layout, dump_json, flush_notes, model
 @training_options
 @click.option("--plan", "plan_text", required=True, help="e.g. tp=8,pp=8,dp=16,vpp=5,mbs=1,zero=1,recompute=selective")
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
+@click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain (as in search): such a plan is judged by memory alone")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
-             moe_routing, fp8_param_gather, plan_text, no_flash, as_json):
+             moe_routing, fp8_param_gather, plan_text, no_flash, allow_tp_across_nodes, as_json):
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
     from autopar.report import estimate_table
@@ -27,10 +29,25 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
                                 flash_attention=not no_flash, moe_routing=moe_routing,
                                 fp8_param_gather=fp8_param_gather)
     plan = check_stage_layout(parse_plan(plan_text), model)
-    result = cost_estimate(model, cluster, training, plan, params_for_cluster(cluster))
+    result = allow_tp_span(cost_estimate(model, cluster, training, plan, params_for_cluster(cluster)), plan, cluster, allow_tp_across_nodes)
     flush_notes()
     if as_json:
         click.echo(dump_json(result.model_dump(mode="json")), nl=False)
     else:
         click.echo(estimate_table(result, f"{model.name} on {cluster.name} ({cluster.num_gpus} x {cluster.gpu.name}), seq {training.seq_len}, "
                                           f"batch {training.global_batch_size} x {training.seq_len} tokens, {training.precision_label}, {training.stack.value}"))
+
+
+def allow_tp_span(result, plan, cluster, allowed: bool):
+    """A tp group wider than a node: the cost model costs it over the network and lists "tp=N
+    spans nodes" among the reasons it does not fit. `search --allow-tp-across-nodes` ranks such
+    plans by memory alone (autopar.space), so the same flag here drops that reason; without it,
+    a note names the flag."""
+    if plan.tp <= cluster.gpus_per_node:
+        return result
+    if not allowed:
+        note(f"tp={plan.tp} spans nodes of {cluster.gpus_per_node} GPUs: --allow-tp-across-nodes judges the plan by memory alone, "
+             "as search does with it")
+        return result
+    reasons = [r for r in result.reasons if not r.startswith(f"tp={plan.tp} spans nodes")]
+    return result.model_copy(update={"reasons": reasons, "feasible": not reasons})

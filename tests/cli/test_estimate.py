@@ -74,3 +74,24 @@ def test_bad_input_is_one_line_and_exit_1(args, fragment):
 def test_recompute_counts_past_a_stage_are_refused(plan, line):
     r = run(BASE + ["--global-batch-tokens", "16M", "--plan", "tp=8," + plan])
     assert r.exit_code == 1 and r.output.strip() == line
+
+
+def test_allow_tp_across_nodes_as_in_search():
+    # review: search has --allow-tp-across-nodes, estimate had not; a tp=16 plan on 8-GPU nodes
+    # stayed "feasible NO: tp=16 spans nodes" although search ranks it with the flag
+    args = ["estimate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096", "--global-batch", "64",
+            "--plan", "tp=16,mbs=8,zero=2", "--json"]
+    spans = json.loads(run(args).stdout)
+    assert (spans["feasible"], spans["reasons"]) == (False, ["tp=16 spans nodes: the NVLink domain has 8 GPUs"])
+    r = run(args)
+    assert "note: tp=16 spans nodes of 8 GPUs: --allow-tp-across-nodes judges the plan by memory alone" in r.stderr
+    allowed = json.loads(run(args + ["--allow-tp-across-nodes"]).stdout)
+    assert (allowed["feasible"], allowed["reasons"]) == (True, [])
+    assert allowed["step_seconds"] == spans["step_seconds"]  # the same costing, only the rule differs
+    # search with the flag ranks the same plan at the same step time
+    best = json.loads(run(["search", *args[1:11], "--fix", "tp=16,pp=1,cp=1,mbs=8,zero=2,recompute=none", "--allow-tp-across-nodes",
+                           "--no-per-stage", "--top", "1", "--json"]).stdout)["plans"][0]["estimate"]
+    assert best["step_seconds"] == pytest.approx(allowed["step_seconds"], rel=1e-9)
+    # memory still counts: ZeRO-0 does not fit
+    full = json.loads(run(args[:-3] + ["--plan", "tp=16,mbs=8,zero=0", "--allow-tp-across-nodes", "--json"]).stdout)
+    assert full["feasible"] is False and full["reasons"][0].startswith("memory: needs")
