@@ -45,24 +45,26 @@ class GemmSample:
         return self.flops / self.seconds / 1e12
 
 
-def _bad(path: Path, line: int, expected: str, found: object) -> InputError:
-    return InputError(f"{path}:{line}", found, f"expected {expected}")
+def _bad(path: Path, line: int, expected: str, found: object, column: str | None = None) -> InputError:
+    """FILE:LINE, and :COLUMN for a cell, as the field of the error."""
+    return InputError(f"{path}:{line}" + (f":{column}" if column else ""), found, f"expected {expected}")
 
 
 def _positive(value: str, path: Path, line: int, what: str, integer: bool = False) -> float:
+    kind = "a positive whole number" if integer else "a positive finite number"
     try:
         number = int(value) if integer else float(value)
     except (TypeError, ValueError):
-        raise _bad(path, line, f"{what} as a number", value) from None
+        raise _bad(path, line, f"{what} as {kind}", value, what) from None
     if not math.isfinite(number) or number <= 0:
-        raise _bad(path, line, f"{what} as a positive finite number", value)
+        raise _bad(path, line, f"{what} as {kind}", value, what)
     return number
 
 
 def _canonical_row(row: dict[str, str], path: Path, line: int) -> GemmSample:
     dtype = (row.get("dtype") or "").lower()
     if dtype not in DTYPES:
-        raise _bad(path, line, f"dtype one of {', '.join(DTYPES)}", row.get("dtype"))
+        raise _bad(path, line, f"dtype one of {', '.join(DTYPES)}", row.get("dtype"), "dtype")
     dims = [int(_positive(row.get(c, ""), path, line, c, integer=True)) for c in ("m", "n", "k")]
     batch = int(_positive(row.get("batch") or "1", path, line, "batch", integer=True))
     seconds = _positive(row.get("seconds", ""), path, line, "seconds")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -38,7 +39,7 @@ def _aligned(s: GemmSample) -> bool:
 def resolve_gpu(samples: list[GemmSample], override: str | None) -> GpuSpec | None:
     names = [override] if override else sorted({s.gpu for s in samples})
     if len(names) > 1:
-        raise InputError("csv", ", ".join(names), "samples come from several devices; fit one GPU at a time (or pass --gpu)")
+        raise InputError("csv.gpu", ", ".join(names), "the rows come from several devices; fit one GPU at a time (or pass --gpu)")
     try:
         return load_gpu(names[0])
     except ProfileNotFound:
@@ -59,7 +60,8 @@ def _peaks(samples: list[GemmSample], gpu: GpuSpec | None) -> dict[str, float]:
         if gpu is not None and gpu.supports(dtype):
             out[dtype] = gpu.peak_flops_per_second(dtype)
         elif gpu is not None:
-            raise InputError("dtype", dtype, f"{gpu.name} has no {dtype} peak in its profile")
+            raise InputError("csv.dtype", dtype, f"{gpu.name} has no {dtype} peak in its profile (profiles/gpus); drop those rows "
+                             "or pass --gpu with a GPU that has one")
         else:
             out[dtype] = max(s.flops / s.seconds for s in samples if s.dtype == dtype)
     for s in samples:  # a GPU cannot beat its own peak: a unit slip in the seconds or the FLOPs
@@ -108,7 +110,9 @@ def fit_gemm(samples: list[GemmSample], gpu_name: str | None = None, sources: li
     in_sweep = {id(s) for g in sweeps for s in g}
     fit_set = [s for s in samples if id(s) not in in_sweep and min(s.m, s.n, s.k) >= MIN_TRAINING_DIM]
     if not fit_set:
-        raise InputError("csv", len(samples), f"no samples with every dimension >= {MIN_TRAINING_DIM} to fit")
+        files = ", ".join(sorted({Path(p).name for p in sources})) if sources else f"{len(samples)} samples"
+        raise InputError("csv", files, f"none of its {len(samples)} rows has m, n and k >= {MIN_TRAINING_DIM} outside an "
+                         "unaligned-width sweep: nothing training-sized to fit")
     unaligned = unaligned_factor(sweeps)
     dtypes = sorted({s.dtype for s in fit_set})
     measured = np.array([s.seconds for s in fit_set])

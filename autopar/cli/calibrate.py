@@ -11,7 +11,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, write_atomic
-from autopar.errors import InputError
+from autopar.errors import InputError, Missing
 
 OPS = list(COLLECTIVES)  # the fitting code (numpy, scipy) loads when a command runs, not for --help
 
@@ -134,7 +134,8 @@ def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
         click.echo(f"wrote {target} ({device})")
         paths.append(target)
     if not paths:
-        raise click.ClickException("give GEMM CSV files or --run")
+        raise InputError("csvs", Missing(), "give GEMM timing CSV files (columns gpu,dtype,m,n,k,batch,seconds) or --run to time "
+                         "matmuls here")
     samples = read_samples(paths)
     fit, report = fit_gemm(samples, gpu, paths)
     profile = gemm_profile(name or Path(out).stem, fit, _command(), existing_profile(out))

@@ -148,3 +148,30 @@ def test_comm_uses_the_clusters_profile(tmp_path):
 ])
 def test_comm_bad_input_is_one_line(args):
     assert one_line_error(run(["comm", "--cluster", "dgx-h100", *args]))
+
+
+HEADER = "gpu,dtype,m,n,k,batch,seconds\n"
+
+
+@pytest.mark.parametrize("rows, line", [
+    # review: these named no field (the CSV's column, the devices, the files)
+    (None, "Error: csvs=(missing): give GEMM timing CSV files (columns gpu,dtype,m,n,k,batch,seconds) or --run to time matmuls here"),
+    ("H100,bf16,4096,4096,abc,1,0.0002\n", "Error: {path}:2:k='abc': expected k as a positive whole number"),
+    ("H100,bf16,4096,4096,4096,1,-1\n", "Error: {path}:2:seconds='-1': expected seconds as a positive finite number"),
+    ("H100,bf17,4096,4096,4096,1,0.0002\n", "Error: {path}:2:dtype='bf17': expected dtype one of fp32, tf32, fp16, bf16, fp8, fp4"),
+    ("H100,bf16,4096,4096,4096,1,0.0002\nA100-80GB,bf16,4096,4096,4096,1,0.0002\n",
+     "Error: csv.gpu='A100-80GB, H100': the rows come from several devices; fit one GPU at a time (or pass --gpu)"),
+    ("H100,bf16,64,64,64,1,0.0002\n",
+     "Error: csv='g.csv': none of its 1 rows has m, n and k >= 256 outside an unaligned-width sweep: nothing training-sized to fit"),
+    ("H100,fp4,4096,4096,4096,1,0.0002\n",
+     "Error: csv.dtype='fp4': H100 has no fp4 peak in its profile (profiles/gpus); drop those rows or pass --gpu with a GPU that has one"),
+])
+def test_calibrate_gemm_errors_name_the_field(tmp_path, rows, line):
+    path = tmp_path / "g.csv"
+    args = ["calibrate", "gemm", "--out", tmp_path / "x.yaml"]
+    if rows is not None:
+        path.write_text(HEADER + rows)
+        args.insert(2, path)
+    r = run(args)
+    assert one_line_error(r), r.output
+    assert r.output == line.format(path=path) + "\n"
