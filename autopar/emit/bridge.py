@@ -14,19 +14,22 @@ rest to Megatron Core, so the Megatron-LM rules are applied to the same plan as 
 from __future__ import annotations
 
 from autopar.emit.common import (
-    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block,
+    Artefact, EmitJob, Rules, Violation, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines,
+    rendezvous_block,
 )
 from autopar.emit.megatron import (
     CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
+from autopar.emit.presets import preset_of, refuse
 from autopar.specs.model import RouterBalance
 from autopar.specs.plan import CpAlgo, RankOrder, Recompute
 from autopar.specs.training import Precision
 
 FRAMEWORK = "megatron-bridge"
 
-# autopar model name -> (recipe module, recipe function)
+# autopar preset whose architecture the recipe builds -> (recipe module, recipe function); a
+# model matches by its architecture, not its name (autopar.emit.presets)
 RECIPES = {
     "llama3-8b": ("megatron.bridge.recipes.llama", "llama3_8b_pretrain_config"),
     "llama3-70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
@@ -46,8 +49,26 @@ OPTIMIZER_DTYPES = {12.0: ("float32", "float32"), 10.0: ("float16", "float32"), 
                     6.0: ("float16", "bfloat16")}
 
 
+RECIPE_RULE = "a Megatron-Bridge recipe for the model"
+
+
+def recipe_preset(model) -> str | None:
+    """The preset of RECIPES whose network the model is (an HF config.json of it under any name)."""
+    return preset_of(model, tuple(RECIPES))
+
+
 def recipe_for(job: EmitJob) -> tuple[str, str]:
-    return RECIPES[job.model.name]
+    return RECIPES[recipe_preset(job.model)]
+
+
+def model_violations(model) -> list[Violation]:
+    """What Megatron-Bridge refuses about the model itself, whatever the plan (checked before a
+    search for its plans: autopar.cli.framework)."""
+    if recipe_preset(model) is not None:
+        return []
+    return [Violation(RECIPE_RULE, f"{model.name}: its architecture is none of the presets autopar maps to recipes "
+                      f"({', '.join(sorted(RECIPES))}; an HF config.json of one of them matches under any name); another "
+                      "recipe would train a different network", "megatron/bridge/recipes")]
 
 
 def precision_name(job: EmitJob) -> str:
@@ -236,9 +257,7 @@ def validate_bridge(o: dict, world: int, rules: Rules) -> Rules:
 def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
     rules = Rules(FRAMEWORK)
     check_common(job, rules)
-    rules.check(job.model.name in RECIPES, "a Megatron-Bridge recipe for the model",
-                f"{job.model.name}: autopar maps {', '.join(sorted(RECIPES))} to their recipes; another recipe would train a different network",
-                "megatron/bridge/recipes")
+    rules.found.extend(model_violations(job.model))
     rules.check(job.model.hybrid_layer_pattern is None or job.plan.vpp == 1, "no virtual pipeline stages for hybrid models",
                 f"vpp={job.plan.vpp}: HybridModelProvider.provide asserts virtual_pipeline_model_parallel_size is None "
                 "(Megatron-LM's pretrain_hybrid.py runs it: --format megatron)", "megatron/bridge/models/hybrid/hybrid_provider.py provide")
@@ -341,7 +360,7 @@ exec python -m torch.distributed.run --nnodes "$NNODES" --nproc-per-node "$GPUS_
 
 def emit_bridge(job: EmitJob) -> list[Artefact]:
     rules, o = check_bridge(job)
-    rules.refuse_if_any(job.plan.text())
+    refuse(FRAMEWORK, job.model.name, job.plan.text(), rules.found, {RECIPE_RULE})
     return [
         Artefact("pretrain_megatron_bridge.py", render_script(job, o)),
         Artefact("launch_megatron_bridge.sh", render_launcher(job), executable=True),

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common
+from autopar.emit.common import Artefact, EmitJob, Rules, Violation, check_common
+from autopar.emit.presets import preset_of, refuse
 from autopar.emit.torchtitan_render import render_launcher, render_module
 from autopar.specs.plan import CpAlgo, Dispatcher, RankOrder, Recompute, Schedule
 from autopar.specs.stack import load_stack
@@ -23,7 +24,8 @@ from autopar.specs.training import Fp8Recipe, Precision, Stack
 
 FRAMEWORK = "torchtitan"
 
-# autopar model name -> (torchtitan module, config_registry function, model flavor)
+# autopar preset whose architecture the entry builds -> (torchtitan module, config_registry
+# function, model flavor); a model matches by its architecture, not its name (autopar.emit.presets)
 MODELS = {
     "llama3-8b": ("llama3", "llama3_8b", "8B"),
     "llama3-70b": ("llama3", "llama3_70b", "70B"),
@@ -61,10 +63,36 @@ class TitanConfig:
 MOE_COMM = {Dispatcher.alltoall: "standard", Dispatcher.deepep: "deepep"}
 
 
+def registry_preset(model) -> str | None:
+    """The preset of MODELS whose network the model is (an HF config.json of it under any name)."""
+    return preset_of(model, tuple(MODELS))
+
+
 def base_model(job: EmitJob) -> tuple[str, str, str, bool]:
-    if job.model.name in MODELS:
-        return (*MODELS[job.model.name], True)
+    preset = registry_preset(job.model)
+    if preset is not None:
+        return (*MODELS[preset], True)
     return "llama3", "llama3_8b", "8B", False
+
+
+REGISTRY_RULE = "a torchtitan model registry entry for the model"
+LINEAR_RULE = "softmax-attention decoder layers"
+# rules about the model whatever the plan (check_common's included): refused as model=NAME
+MODEL_RULES = {REGISTRY_RULE, LINEAR_RULE, "decoder layers of attention plus MLP", "routed experts at the model width"}
+
+
+def model_violations(model) -> list[Violation]:
+    """What torchtitan refuses about the model itself, whatever the plan (checked before a search
+    for its plans: autopar.cli.framework)."""
+    found = []
+    if model.linear_attention is not None:
+        found.append(Violation(LINEAR_RULE, f"{model.name} has Gated DeltaNet (linear-attention) layers; torchtitan's model "
+                               "registry builds none (Megatron-LM, Megatron-Bridge or an HF-model DeepSpeed run can train it)", "TT"))
+    if registry_preset(model) is None:
+        found.append(Violation(REGISTRY_RULE, f"{model.name}: its architecture is none of torchtitan's registry models "
+                               f"({', '.join(sorted(MODELS))}; an HF config.json of one of them matches under any name); another "
+                               "registry model would train a different network", "TT"))
+    return found
 
 
 def stage_split(job: EmitJob, rules: Rules) -> tuple[int, int, int] | None:
@@ -90,9 +118,8 @@ def titan_fp8_recipe(training) -> Fp8Recipe:
 
 def plan_checks(job: EmitJob, rules: Rules) -> None:
     plan, t = job.plan, job.training
-    rules.check(job.model.linear_attention is None, "softmax-attention decoder layers",
-                f"{job.model.name} has Gated DeltaNet (linear-attention) layers; torchtitan's model registry builds none "
-                "(Megatron-LM, Megatron-Bridge or an HF-model DeepSpeed run can train it)", "TT")
+    found = model_violations(job.model)
+    rules.found.extend(v for v in found if v.rule == LINEAR_RULE)
     rules.check(t.precision in (Precision.bf16, Precision.fp8), "precision in {bf16, fp8}",
                 f"precision={t.precision.value}: mixed_precision_param is bfloat16|float32; autopar maps fp8 to the Float8 converter only", "TT")
     rules.check(t.precision != Precision.fp8 or titan_fp8_recipe(t) == Fp8Recipe.rowwise, "Float8 recipe_name in {rowwise, rowwise_with_gw_hp}",
@@ -121,8 +148,7 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
     rules.check(t.grad_reduce_bytes_per_param >= 4, "gradients reduced in float32 (mixed_precision_reduce has one value)",
                 f"grad_reduce_bytes_per_param={t.grad_reduce_bytes_per_param:g}: torchtitan reduces gradients in float32 only; "
                 "plan with 4-byte gradient reduction", "TT config/configs.py TrainingConfig")
-    rules.check(job.model.name in MODELS, "a torchtitan model registry entry for the model",
-                f"{job.model.name}: torchtitan ships {', '.join(sorted(MODELS))}; another registry model would train a different network", "TT")
+    rules.found.extend(v for v in found if v.rule == REGISTRY_RULE)
     if job.model.is_moe:
         rules.check(not plan.ep_overlap, "no EP communication overlap", "ep_overlap=on: torchtitan has no "
                     "overlap of one micro-batch's expert all-to-all with another's compute", "TT")
@@ -265,7 +291,7 @@ def check_torchtitan(job: EmitJob) -> tuple[Rules, TitanConfig | None]:
 
 def emit_torchtitan(job: EmitJob) -> list[Artefact]:
     rules, tc = check_torchtitan(job)
-    rules.refuse_if_any(job.plan.text())
+    refuse(FRAMEWORK, job.model.name, job.plan.text(), rules.found, MODEL_RULES)
     return [
         Artefact("autopar_torchtitan.py", render_module(job, tc)),
         Artefact("launch_torchtitan.sh", render_launcher(job, tc), executable=True),

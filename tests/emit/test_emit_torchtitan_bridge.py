@@ -257,3 +257,59 @@ def test_bridge_writes_the_optimizer_state_the_plan_counts(state_bytes, dtypes):
 def test_bridge_refuses_an_optimizer_state_it_cannot_hold():
     with pytest.raises(RuleViolation, match="optimizer_bytes_per_param=7"):
         emit_bridge(make_job(*GOLDEN_CASES["dense_1f1b"][:6], optimizer_bytes_per_param=7.0))
+
+
+def _hf_copy(tmp_path, preset: str, folder: str) -> str:
+    """The preset's own config.json (profiles/models, the hub file) in a checkpoint folder of another name."""
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[2] / "profiles" / "models" / f"{preset}.json"
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "config.json").write_text(source.read_text())
+    return str(tmp_path / folder)
+
+
+def test_recipes_match_the_architecture_not_the_name(tmp_path):
+    # review: an HF config.json identical to the llama3-8b preset was refused by torchtitan and
+    # Megatron-Bridge, whose tables were keyed by the preset's name
+    from autopar.emit.bridge import recipe_for
+    from autopar.emit.torchtitan import base_model
+
+    args = ("dgx-h100", 16, 4096, 64, "tp=2,pp=2,zero=1", "bf16", R4)
+    hf = make_job(_hf_copy(tmp_path, "llama3-8b", "Meta-Llama-3-8B"), *args)
+    preset = make_job("llama3-8b", *args)
+    assert hf.model.name == "Meta-Llama-3-8B"
+    assert base_model(hf) == ("llama3", "llama3_8b", "8B", True)
+    assert recipe_for(hf) == ("megatron.bridge.recipes.llama", "llama3_8b_pretrain_config")
+    for emitter in (emit_torchtitan, emit_bridge):  # the same artefacts as the preset's, but for the model's name
+        assert [a.text.replace("Meta-Llama-3-8B", "llama3-8b") for a in emitter(hf)] == [a.text for a in emitter(preset)]
+    # a hybrid preset's config.json gets its Bridge recipe too
+    nano = make_job(_hf_copy(tmp_path, "nemotron-3-nano-30b-a3b", "nano"), "dgx-h100", 8, 4096, 64, "tp=1,ep=8,zero=1")
+    assert recipe_for(nano) == ("megatron.bridge.recipes.nemotronh", "nemotron_3_nano_pretrain_config")
+
+
+def test_a_preset_name_on_another_network_is_refused_for_the_model():
+    # the name alone picked the registry's 32-layer Llama-3 8B for a 16-layer model
+    import dataclasses
+
+    job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1", "bf16", R4)
+    job = dataclasses.replace(job, model=job.model.model_copy(update={"num_layers": 16}))
+    for emitter, framework in ((emit_torchtitan, "torchtitan"), (emit_bridge, "megatron-bridge")):
+        with pytest.raises(RuleViolation) as info:
+            emitter(job)
+        assert info.value.field == "model" and info.value.value == "llama3-8b"
+        assert str(info.value).startswith(f"model='llama3-8b': {framework} refuses it: [a ")
+        assert "llama3-8b: its architecture is none of " in str(info.value)
+
+
+def test_bridge_refuses_an_unmapped_model_naming_the_model_field():
+    # review: the refusal said plan='tp=...' for what is about the model
+    with pytest.raises(RuleViolation) as info:
+        emit_bridge(make_job("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,ep=8,zero=1"))
+    assert (info.value.field, info.value.value) == ("model", "mixtral-8x7b")
+    assert str(info.value).startswith("model='mixtral-8x7b': megatron-bridge refuses it: [a Megatron-Bridge recipe for the model] "
+                                      "mixtral-8x7b: its architecture is none of the presets autopar maps to recipes (deepseek-v3, ")
+    # a plan-only refusal still names the plan
+    with pytest.raises(RuleViolation) as info:
+        emit_bridge(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=3"))
+    assert info.value.field == "plan"
