@@ -37,6 +37,7 @@ def framework_filter(framework: str, model: ModelSpec, cluster: ClusterSpec,
     checks = _checks()
     if framework not in checks:
         raise InputError("framework", framework, f"must be one of {', '.join(checks)}")
+    refuse_model(framework, model)  # before the search: no plan of a model the launcher cannot build would pass
     check = checks[framework]
 
     def refusal(plan: Plan, estimate: Estimate) -> str | None:
@@ -47,6 +48,18 @@ def framework_filter(framework: str, model: ModelSpec, cluster: ClusterSpec,
         return "; ".join(str(v) for v in found) if found else None
 
     return refusal
+
+
+def refuse_model(framework: str, model: ModelSpec) -> None:
+    """ModelRefused (model=NAME) when the framework's launcher cannot build the model whatever the
+    plan: torchtitan's registry and Megatron-Bridge's recipes hold a few architectures."""
+    from autopar.emit.bridge import model_violations as bridge_model
+    from autopar.emit.presets import ModelRefused
+    from autopar.emit.torchtitan import model_violations as titan_model
+
+    found = {"torchtitan": titan_model, "megatron-bridge": bridge_model}.get(framework, lambda _: [])(model)
+    if found:
+        raise ModelRefused(framework, model.name, found)
 
 
 def resolve_framework(framework: str | None, emit_format: str | None) -> str | None:

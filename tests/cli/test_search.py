@@ -390,3 +390,34 @@ def test_per_stage_line_counts_rule_refusals_apart_from_memory():
     assert _per_stage_line(info) == ("per-stage: 5 cores in 0.50 s (1 proved optimal, 1 refused by rules, 2 did not fit in memory, "
                                      "1 unsolved in the time limit, 1 skipped by the time budget); largest gain 5.0% less step time "
                                      "(2.000 s balanced -> 1.900 s per-stage: tp=1,pp=2)")
+
+
+def test_a_model_the_framework_cannot_build_is_refused_before_the_search(monkeypatch):
+    # review: `search --framework torchtitan` on Mixtral searched for 12 s, then refused every plan
+    import solvers
+
+    def no_search(*_args, **_kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(solvers, "run_search", no_search)
+    base = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096", "--global-batch", "256"]
+    for option in (["--framework", "torchtitan"], ["--emit", "megatron-bridge"]):
+        r = run(base + option)
+        assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
+        framework = option[1]
+        assert r.output.startswith(f"Error: model='mixtral-8x7b': {framework} refuses it: [a "), r.output
+        assert "mixtral-8x7b: its architecture is none of " in r.output
+
+
+def test_a_hf_config_of_a_preset_gets_its_torchtitan_launcher(tmp_path):
+    # review: the llama3-8b preset's fields written as config.json were refused after the search
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT / "profiles/models/llama3-8b.json").read_text())
+    launch = tmp_path / "launch"
+    r = run(["--model", str(folder), "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
+             "--emit", "torchtitan", "--emit-dir", str(launch), "--no-per-stage", "--top", "1"])
+    assert r.exit_code == 0, r.output
+    text = (launch / "autopar_torchtitan.py").read_text()
+    assert "from torchtitan.models.llama3.config_registry import llama3_8b as _base" in text
+    assert "# model:    Meta-Llama-3-8B (32 layers" in text
