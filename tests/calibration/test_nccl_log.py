@@ -15,7 +15,7 @@ from calibration.nccl_log import NcclLogError, parse_log, read_log
 from calibration.nccl_samples import read_sample
 
 DATA = Path(__file__).resolve().parents[2] / "calibration" / "data" / "nccl"
-AR, AG, SR = Collective.all_reduce, Collective.all_gather, Collective.send_recv
+AR, AG, SR, RS = Collective.all_reduce, Collective.all_gather, Collective.send_recv, Collective.reduce_scatter
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 
 # file: (collective, ranks, nodes, min size, max size, number of sizes, peak busbw GB/s, partial)
@@ -50,6 +50,10 @@ SAMPLES = {
     "h100x16_2node_allreduce_ringforced_ib400_nccl-tests-issue309e.txt": (AR, 16, 2, 1 * M, 8 * G, 14, 392.69, False),
     "h100x16_2node_allreduce_roce_oci-hpc_partial-no-nthread.txt": (AR, 16, 2, 1 * G, 16 * G, 5, 471.22, True),
     "h100x8_allreduce_aws-batch-p5_partial.txt": (AR, 8, 1, 8, 16 * G, 32, 483.35, True),
+    # the NCCL_ALGO=RING 8x H100 runs from 16 MiB (SOURCES.md: smaller sizes measure the host's launches)
+    "h100x8_allreduce_ringforced_from16MiB_together.txt": (AR, 8, 1, 16 * M, 8 * G, 10, 368.06, True),
+    "h100x8_allgather_ringforced_from16MiB_together.txt": (AG, 8, 1, 16 * M, 8 * G, 10, 363.42, True),
+    "h100x8_reducescatter_ringforced_from16MiB_together.txt": (RS, 8, 1, 16 * M, 8 * G, 10, 362.16, True),
     "h100x8_allreduce_nvls_nccl-tests-issue290.txt": (AR, 8, 1, 128 * M, 4 * G, 6, 476.53, False),
     "h200x16_2node_allreduce_datacrunch.txt": (AR, 16, 2, 1 * M, 1 * G, 11, 267.77, False),
     "h200x16_2node_allreduce_oci-argonne.txt": (AR, 16, 2, 1 * G, 16 * G, 5, 486.49, False),
