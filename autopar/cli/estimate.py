@@ -49,5 +49,6 @@ def allow_tp_span(result, plan, cluster, allowed: bool):
         note(f"tp={plan.tp} spans nodes of {cluster.gpus_per_node} GPUs: --allow-tp-across-nodes judges the plan by memory alone, "
              "as search does with it")
         return result
-    reasons = [r for r in result.reasons if not r.startswith(f"tp={plan.tp} spans nodes")]
+    from autopar.cost.estimate import tp_span_reason
+    reasons = [r for r in result.reasons if not r.startswith(tp_span_reason(plan.tp))]
     return result.model_copy(update={"reasons": reasons, "feasible": not reasons})

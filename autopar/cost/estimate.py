@@ -28,6 +28,12 @@ def bottleneck(time: dict[str, float]) -> Bottleneck:
     return max(groups, key=lambda k: groups[k])
 
 
+def tp_span_reason(tp: int) -> str:
+    """The start of the reason a tp group wider than a node gives (cli.estimate drops it with
+    --allow-tp-across-nodes)."""
+    return f"tp={tp} spans nodes"
+
+
 def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan) -> list[str]:
     reasons = []
     if memory_bytes > cluster.gpu.hbm_bytes:
@@ -37,7 +43,7 @@ def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, clus
         reasons.append(f"host memory: activation offloading puts {host_bytes / 1e9:.1f} GB per GPU in pinned host memory, "
                        f"the node gives each GPU {cluster.host_memory_gb_per_gpu:g} GB (cluster host_memory_gb_per_gpu)")
     if plan.tp > cluster.gpus_per_node:
-        reasons.append(f"tp={plan.tp} spans nodes: the NVLink domain has {cluster.gpus_per_node} GPUs")
+        reasons.append(f"{tp_span_reason(plan.tp)}: the NVLink domain has {cluster.gpus_per_node} GPUs")
     return reasons
 
 
