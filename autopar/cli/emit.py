@@ -27,7 +27,9 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, framework=framework)  # the launcher's stack
     if grad_reduce_bytes is not None:  # torchtitan reduces gradients in fp32 only: plan with 4
-        training = training.model_copy(update={"grad_reduce_bytes_per_param": grad_reduce_bytes, "grad_bytes_per_param": max(grad_reduce_bytes, training.grad_bytes_per_param)})
+        # the gradient buffer follows from the stack (cost.step.gradient_bytes_per_param: Megatron holds
+        # it in the reduction dtype; FSDP2's fp32 gradient shard is inside the 16-byte convention)
+        training = training.model_copy(update={"grad_reduce_bytes_per_param": grad_reduce_bytes})
     plan = check_stage_layout(parse_plan(plan_text), model)
     return EmitJob(model, cluster, training, plan, cost_estimate(model, cluster, training, plan), rank=1, version=__version__)
 

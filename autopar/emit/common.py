@@ -111,6 +111,11 @@ class Rules:
             raise RuleViolation(self.framework, plan_text, self.found)
 
 
+# check_common's rules about the model itself, whatever the plan (an emitter refuses them as model=NAME)
+HYBRID_RULE = "decoder layers of attention plus MLP"
+LATENT_MOE_RULE = "routed experts at the model width"
+
+
 def check_common(job: EmitJob, rules: Rules) -> None:
     """Checks every emitter makes before its framework's own rules."""
     rules.check(not job.training.frozen_weights, "pretraining only",
@@ -119,12 +124,12 @@ def check_common(job: EmitJob, rules: Rules) -> None:
     # Mamba-2 blocks and LatentMoE's projections are Megatron-Core modules (HybridModel, MoELayer):
     # Megatron-LM and Megatron-Bridge (HybridModelProvider) build them, torchtitan and DeepSpeed do not
     core = rules.framework in MEGATRON_CORE_FRAMEWORKS
-    rules.check(m.hybrid_layer_pattern is None or core, "decoder layers of attention plus MLP",
+    rules.check(m.hybrid_layer_pattern is None or core, HYBRID_RULE,
                 f"{m.name} is a hybrid model (one block per layer, pattern {m.hybrid_layer_pattern}): of the emitters only "
                 "Megatron-LM (--format megatron: pretrain_hybrid.py --hybrid-layer-pattern) and Megatron-Bridge (--format "
                 "megatron-bridge: HybridModelProvider) write it; torchtitan and DeepSpeed have no Mamba-2 layers",
                 "megatron/training/arguments.py --hybrid-layer-pattern")
-    rules.check(m.moe_latent_size is None or core, "routed experts at the model width",
+    rules.check(m.moe_latent_size is None or core, LATENT_MOE_RULE,
                 f"{m.name} runs its experts at moe_latent_size={m.moe_latent_size} (LatentMoE); of the emitters only Megatron-LM "
                 "(--moe-latent-size) and Megatron-Bridge (model.moe_latent_size) have it",
                 "megatron/core/transformer/moe/moe_layer.py fc1_latent_proj")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autopar.emit.common import Artefact, EmitJob, Rules, Violation, check_common
+from autopar.emit.common import HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, check_common
 from autopar.emit.presets import preset_of, refuse
 from autopar.emit.torchtitan_render import render_launcher, render_module
 from autopar.specs.plan import CpAlgo, Dispatcher, RankOrder, Recompute, Schedule
@@ -78,7 +78,7 @@ def base_model(job: EmitJob) -> tuple[str, str, str, bool]:
 REGISTRY_RULE = "a torchtitan model registry entry for the model"
 LINEAR_RULE = "softmax-attention decoder layers"
 # rules about the model whatever the plan (check_common's included): refused as model=NAME
-MODEL_RULES = {REGISTRY_RULE, LINEAR_RULE, "decoder layers of attention plus MLP", "routed experts at the model width"}
+MODEL_RULES = {REGISTRY_RULE, LINEAR_RULE, HYBRID_RULE, LATENT_MOE_RULE}
 
 
 def model_violations(model) -> list[Violation]:

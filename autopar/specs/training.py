@@ -87,7 +87,8 @@ class TrainingSpec(StrictModel):
         "enable_fsdp_float8_all_gather, tensorwise scaling only)")
     grad_bytes_per_param: float = Field(
         2.0, gt=0,
-        description="Gradient buffer per parameter: 2 (bf16, the seed's 16-byte convention) or 4 (Megatron fp32 main grads, 18 bytes)",
+        description="Gradient buffer per parameter: 2 (bf16, the seed's 16-byte convention); a stack that keeps gradients in "
+        "the reduction dtype (Megatron: profiles/stacks grads_in_reduce_dtype) holds at least grad_reduce_bytes_per_param",
     )
     optimizer_bytes_per_param: float = Field(
         12.0, ge=0,
