@@ -1,6 +1,6 @@
 """Small logs predict large ones: fit the collective model on the <= 2-node logs of a cluster
 (and the 8-GPU node logs of its GPU), predict the cluster's larger logs, compare bus bandwidth
-size by size. `autopar calibrate report` writes the table to results/calibration/heldout.*.
+size by size. One case holds out a node of another cluster instead (the NVLink ring's mid sizes). `autopar calibrate report` writes the table to results/calibration/heldout.*.
 
 Criterion (issue 10): |predicted / measured busbw - 1| <= 15% at sizes >= 64 MiB and <= 30% at
 1-64 MiB, on every held-out log. A size's measured time is the faster printed one
@@ -37,7 +37,9 @@ class LogSpec:
 
 
 H100_NODE = (LogSpec("h100x8_allreduce_aws-batch-p5_partial.txt"), LogSpec("h100x8_allreduce_nvls_nccl-tests-issue290.txt"),
-             LogSpec("hopper_ring_vs_nvls_points.yaml"))
+             LogSpec("hopper_ring_vs_nvls_points.yaml"), LogSpec("h100x8_allreduce_ringforced_from16MiB_together.txt", "ring"),
+             LogSpec("h100x8_allgather_ringforced_from16MiB_together.txt", "ring"),
+             LogSpec("h100x8_reducescatter_ringforced_from16MiB_together.txt", "ring"))
 
 # gj-aion's logs do not print the NCCL release; the thread's other runs (May-June 2025) print 2.26.2
 GJ_AION_NCCL = "2.26"
@@ -69,6 +71,12 @@ CASES = (
     Case("nccl-tests#309 qoofyk: Dell XE9680 8x H100 + 8x 400G IB (4-node run on VMware VMs), default NCCL", "dgx-h100",
          (*H100_NODE, LogSpec("h100x16_2node_allreduce_ib400_nccl-tests-issue309a.txt")),
          (LogSpec("h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt"),)),
+    Case("one 8x H100 node, another cluster: the node logs (Together's NCCL_ALGO=RING runs, NCCL 2.26, one process) predict "
+         "xxrjun/nccl-tests-cluster cnode3-002's default-setting runs (NCCL 2.29, one process per GPU)", "dgx-h100",
+         H100_NODE,
+         (LogSpec("h100x8_allreduce_default_from32MiB_xxrjun-cnode3-002.txt"),
+          LogSpec("h100x8_allgather_default_from32MiB_xxrjun-cnode3-002.txt"),
+          LogSpec("h100x8_reducescatter_default_from32MiB_xxrjun-cnode3-002.txt"))),
     Case("coreweave/nccl-tests README: GB200 NVL72 racks (a node = one 72-GPU NVLink domain), NCCL 2.26.2, NVLS off", "gb200-nvl72",
          (LogSpec("nonstandard/gb200x72_1rack_allreduce_coreweave_elided.txt"),
           LogSpec("nonstandard/gb200x128_2rack_allreduce_coreweave_elided.txt")),

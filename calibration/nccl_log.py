@@ -36,6 +36,8 @@ _DEVICE = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")
 _COMMAND = re.compile(r"(?:^|[/\s])(\w+_perf)\b(.*)$")
 _NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
+# nccl-tests >= 2.13 banner: 'nccl-library=22902' is NCCL_VERSION_CODE = major x 10000 + minor x 100 + patch (nccl.h)
+_LIBRARY_CODE = re.compile(r"nccl-library=(\d)(\d\d)(\d\d)\b")
 _AVG = re.compile(r"^Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^Out of bounds values\s*:\s*(\d+)\s+(\w+)")
 _INT = re.compile(r"^\d[\d_]*$")
@@ -154,6 +156,9 @@ def _scan_line(scan: _Scan, number: int, body: str, commented: bool, path: str) 
         return
     if m := _NCCL_VERSION.match(body):
         scan.nccl_version = m[1]
+        return
+    if m := _LIBRARY_CODE.search(body):  # NCCL's own 'NCCL version' line (debug INFO) wins when both print
+        scan.nccl_version = scan.nccl_version or f"{int(m[1])}.{int(m[2])}.{int(m[3])}"
         return
     if m := _AVG.match(body):
         scan.avg = _number(m[1], path, number, "the average bus bandwidth")

@@ -4,8 +4,13 @@
 Choices (each log's own curve fit is in results/calibration/nccl_fits.txt; how small logs
 predict large ones in results/calibration/heldout.txt):
 - Hopper NVLink: the two 8x H100 all_reduce logs ran NVLS (busbw > 450 GB/s); the ring
-  bandwidth and the NVLS gain come from the 8x H200 table (same NVLink 4 and NVSwitch).
-- H100 over InfiniBand: + the default-settings runs of nccl-tests#309 on 8x H100 + 8x 400G IB
+  bandwidth and the NVLS gain come from the 8x H200 table (same NVLink 4 and NVSwitch), the
+  ring's mid sizes from Together's NCCL_ALGO=RING all_reduce / all_gather / reduce_scatter runs
+  on one 8x H100 node (`NAME@ring`, 16 MiB-8 GiB). They measure about twice the seed's 58 MB
+  point; another cluster's node (xxrjun cnode3, held out in calibration/heldout.py) agrees with
+  them within 8%.
+- H100 over InfiniBand: the node logs above (their parameters fitted first, calibration/
+  nccl_physfit.py) + the default-settings runs of nccl-tests#309 on 8x H100 + 8x 400G IB
   nodes at 2, 4 and 8 nodes (NVLS-tree). The NCCL_ALGO=Ring 2-node log ran with
   NCCL_MIN_CTAS=24 (more channels than NCCL's default) and is left out: it measures a tuned
   network (97% of the NICs) that default jobs do not get (81-91% at 4-8 nodes).
@@ -36,7 +41,9 @@ NCCL = ROOT / "data" / "nccl"
 FITTED = ROOT / "fitted"
 GEMM_CSV = ROOT / "data" / "gemm" / "h100sxm_samples.csv"
 
-H100_NODE = ["h100x8_allreduce_aws-batch-p5_partial.txt", "h100x8_allreduce_nvls_nccl-tests-issue290.txt", "hopper_ring_vs_nvls_points.yaml"]
+H100_NODE = ["h100x8_allreduce_aws-batch-p5_partial.txt", "h100x8_allreduce_nvls_nccl-tests-issue290.txt", "hopper_ring_vs_nvls_points.yaml",
+             "h100x8_allreduce_ringforced_from16MiB_together.txt@ring", "h100x8_allgather_ringforced_from16MiB_together.txt@ring",
+             "h100x8_reducescatter_ringforced_from16MiB_together.txt@ring"]
 A100_NODE = ["a100x8_allreduce_oci-japan.txt", "a100x8_allreduce_10GiB_oci-japan-v2.txt", "a100x8_sendrecv_li-plus-playground_partial.txt"]
 H100_IB = ["h100x16_2node_allreduce_ib400_nccl-tests-issue309a.txt", "h100x16_2node_allreduce_ib400_nccl-tests-issue309d.txt",
            "h100x32_4node_allreduce_ib400_nccl-tests-issue309g.txt", "h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt",
@@ -57,12 +64,20 @@ def _relative(path: Path) -> str:
     return str(path.relative_to(ROOT.parent))
 
 
-def load_inputs(names: list[str]) -> list[NcclLog]:
+def load_inputs(names: list[str]) -> tuple[list[NcclLog], dict[str, tuple[str | None, None]]]:
+    """The logs, and the algorithm each NAME@ALGO entry forced (NCCL_ALGO, as `calibrate nccl` takes it)."""
     logs: list[NcclLog] = []
+    forced: dict[str, tuple[str | None, None]] = {}
     for name in names:
-        path = NCCL / name
-        logs.extend(read_points(_relative(path)) if path.suffix == ".yaml" else [read_log(_relative(path))])
-    return logs
+        file, _, algorithm = name.partition("@")
+        path = NCCL / file
+        if path.suffix == ".yaml":
+            logs.extend(read_points(_relative(path)))
+            continue
+        logs.append(read_log(_relative(path)))
+        if algorithm:
+            forced[logs[-1].path] = (algorithm, None)
+    return logs, forced
 
 
 NCCL_VERSIONS = {"a100-roce": "2.29"}  # when the logs print several releases
@@ -75,7 +90,8 @@ def build(name: str) -> CalibrationProfile:
         command += f"; autopar calibrate gemm {_relative(GEMM_CSV)} --out calibration/fitted/{name}.yaml"
     version = NCCL_VERSIONS.get(name)
     command = command.replace("--out", f"--cluster {cluster}" + (f" --nccl-version {version}" if version else "") + " --out", 1)
-    profile = nccl_profile(name, load_inputs(logs), command=command, cluster=load_cluster(cluster), nccl_version=version)
+    parsed, forced = load_inputs(logs)
+    profile = nccl_profile(name, parsed, command=command, cluster=load_cluster(cluster), nccl_version=version, forced=forced)
     update = {"description": description,
               "sources": {"nccl": "calibration/data/nccl/SOURCES.md", "choices": "calibration/shipped.py (docstring)"}}
     if with_gemm:

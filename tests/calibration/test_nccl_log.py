@@ -55,6 +55,12 @@ SAMPLES = {
     "h100x8_allgather_ringforced_from16MiB_together.txt": (AG, 8, 1, 16 * M, 8 * G, 10, 363.42, True),
     "h100x8_reducescatter_ringforced_from16MiB_together.txt": (RS, 8, 1, 16 * M, 8 * G, 10, 362.16, True),
     "h100x8_allreduce_nvls_nccl-tests-issue290.txt": (AR, 8, 1, 128 * M, 4 * G, 6, 476.53, False),
+    # one 8x H100 node, one process per GPU, default settings, from 32 MiB (the run's -b 32M)
+    "h100x8_allreduce_default_from32MiB_xxrjun-cnode3-002.txt": (AR, 8, 1, 32 * M, 16 * G, 10, 482.27, False),
+    "h100x8_allgather_default_from32MiB_xxrjun-cnode3-002.txt": (AG, 8, 1, 32 * M, 16 * G, 10, 366.03, False),
+    "h100x8_reducescatter_default_from32MiB_xxrjun-cnode3-002.txt": (RS, 8, 1, 32 * M, 16 * G, 10, 365.09, False),
+    "h100x8_alltoall_default_from32MiB_xxrjun-cnode3-002.txt": (Collective.all_to_all, 8, 1, 32 * M, 16 * G, 10, 348.03, False),
+    "h100x8_sendrecv_default_from32MiB_xxrjun-cnode3-002.txt": (SR, 8, 1, 32 * M, 16 * G, 10, 367.25, False),
     "h200x16_2node_allreduce_datacrunch.txt": (AR, 16, 2, 1 * M, 1 * G, 11, 267.77, False),
     "h200x16_2node_allreduce_oci-argonne.txt": (AR, 16, 2, 1 * G, 16 * G, 5, 486.49, False),
     "h200x8_allreduce_8GiB_azure-ndv5-debian.txt": (AR, 8, 1, 8 * G, 8 * G, 1, 476.98, False),

@@ -318,11 +318,13 @@ def test_framework_constrains_the_search(tmp_path):
         plan = p["plan"]
         assert plan["tp"] == 1 and plan["schedule"] in (None, "1f1b") and (plan["cp"] == 1 or plan["cp_algo"] == "ulysses")
     assert json.loads((tmp_path / "ds_config.json").read_text())["train_batch_size"] == 512
-    # the per-stage solves of interleaved cores find plans DeepSpeed does not run (1F1B only): refused by
-    # its rules, not counted as proved optimal, and not as cores without a plan that fits in memory
+    # the per-stage solves of interleaved and zero-bubble cores find plans DeepSpeed does not run (1F1B
+    # only): refused by its rules, not counted as proved optimal, and not as cores without a plan that
+    # fits in memory
     solves = ranked["search"]["per_stage"]["solves"]
     refused = [s for s in solves if s["status"] == "REFUSED"]
-    assert refused and all(s["reason"].startswith("deepspeed refuses it: ") and "schedule=interleaved" in s["plan"] for s in refused)
+    assert refused and all(s["reason"].startswith("deepspeed refuses it: ") and ("schedule=interleaved" in s["plan"] or
+                                                                                "schedule=zero-bubble" in s["plan"]) for s in refused)
     no_fit = sum(s["status"] == "INFEASIBLE" for s in solves)
     proved = sum(s["status"] == "OPTIMAL" for s in solves)
     line = next(l for l in run(args + ["--framework", "deepspeed"]).stdout.splitlines() if l.startswith("per-stage: "))

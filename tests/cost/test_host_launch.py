@@ -87,11 +87,12 @@ def test_modelzoo_qwen3_235b_ranking():
     cross-node EP32 (TP2 PP8 VPP4) steps in 19.7 s, intra-node EP8 with TP4 PP8 VPP4 in 29.0 s:
     16 local experts per GPU against 4. Without the host term the model ranked them the other way
     (1,677 vs 1,859 tokens/s/GPU, EP8 +64.5%); the EP32 row's host time hides, and the EP8 row is
-    now predicted within 30% (+27%). Qwen3's global-batch routing skew (tests/cost/
-    test_moe_imbalance.py) loads EP32's busiest rank 1.44x (was 1.23x): -8.9%, not +0.8%."""
+    now predicted within 30% (+26%). Qwen3's global-batch routing skew (tests/cost/
+    test_moe_imbalance.py) loads EP32's busiest rank 1.44x (was 1.23x): -7.8%, not +0.8% (-8.9%
+    before the NVLink ring's mid sizes were fitted to nccl-tests logs: TP2's all-gathers are cheaper)."""
     rows = {r["id"]: r for r in load_rows("tests/data/moe_runs.json")}
     ep32 = predict_row(rows["new-modelzoo-qwen3-235b-h100-r1"])
     ep8 = predict_row(rows["new-modelzoo-qwen3-235b-h100-r5"])
     assert ep32.predicted_tokens_per_second_per_gpu > ep8.predicted_tokens_per_second_per_gpu
-    assert ep32.error == pytest.approx(-0.089, abs=0.01)
+    assert ep32.error == pytest.approx(-0.078, abs=0.01)
     assert abs(ep8.error) < 0.30
