@@ -37,6 +37,10 @@ SENSITIVITY = 0.05     # d log t / d log parameter that counts as "this size mea
 MIN_SENSITIVE = 3      # sizes that must measure a parameter before it is fitted
 ROBUST_SCALE = 0.05    # Cauchy scale on log time: outlying sizes (another protocol, a stall) count less
 NCCL_OPS = (Collective.all_reduce, Collective.all_gather, Collective.reduce_scatter)
+# all_to_all runs as pairwise sends that NCCL's tuning model does not choose for; its one-node logs
+# measure the point-to-point saturation. send_recv logs are not fitted: one pair moves on NCCL's few
+# point-to-point channels, a channel count the model does not take (a100x8_sendrecv: 196 of 240 GB/s)
+FITTED_OPS = NCCL_OPS + (Collective.all_to_all,)
 
 # name -> (bounds relative to the default (absolute for exponents); prior width: the fit pays one
 # ROBUST_SCALE residual per this many log units (units) away from the default -- NCCL's constants
@@ -54,6 +58,7 @@ PARAMETERS = {
     "ring_saturation_exponent": ((0.3, 1.5), 0.3, "no mid-size ring/tree Simple data over a wide size range: ring saturation exponent from the default profile"),
     "switch_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size NVLS / NVLS-tree data: in-switch saturation from the default profile"),
     "switch_saturation_exponent": ((0.3, 1.5), 0.3, "no mid-size NVLS / NVLS-tree data over a wide size range: in-switch saturation exponent from the default profile"),
+    "intra_p2p_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size one-node all_to_all log: point-to-point saturation inside a node from the default profile"),
 }
 _ABSOLUTE = ("ring_saturation_exponent", "switch_saturation_exponent")
 _BANDWIDTHS = ("intra_busbw_gb_per_s", "nvls_speedup", "network_efficiency")
@@ -86,7 +91,7 @@ def points(runs: list[Run]) -> list[Point]:
     """The faster printed time of every size of every NCCL-tuned log."""
     out = []
     for run in runs:
-        if run.log.collective not in NCCL_OPS:
+        if run.log.collective not in FITTED_OPS:
             continue
         for row in run.log.rows:
             out.append(Point(run, float(row.size_bytes), min(row.times_us) * 1e-6))
@@ -101,7 +106,8 @@ def defaults(params: CostParams, cluster: ClusterSpec) -> dict[str, float]:
             "intra_latency_scale": 1.0, "net_latency_scale": 1.0, "intra_simple_latency_scale": 1.0,
             "net_simple_latency_scale": 1.0,
             "ring_half_bandwidth_bytes": c.half_bandwidth_bytes, "ring_saturation_exponent": c.saturation_exponent,
-            "switch_half_bandwidth_bytes": c.switch_half_bandwidth_bytes, "switch_saturation_exponent": c.switch_saturation_exponent}
+            "switch_half_bandwidth_bytes": c.switch_half_bandwidth_bytes, "switch_saturation_exponent": c.switch_saturation_exponent,
+            "intra_p2p_half_bandwidth_bytes": c.p2p_half_bandwidth_bytes}
 
 
 def with_values(params: CostParams, values: dict[str, float]) -> CostParams:
@@ -164,7 +170,7 @@ def _solve(pts: list[Point], params: CostParams, anchor: dict[str, float], start
 def logs_nccl_version(runs: list[Run]) -> str | None:
     """The NCCL release (major.minor) the logs print: the oldest when they differ but choose by
     the same tuning model; InputError when they straddle a change of it (name one: --nccl-version)."""
-    printed = sorted({version_tuple(r.log.nccl_version) for r in runs if r.log.nccl_version})
+    printed = sorted({version_tuple(r.log.nccl_version) for r in runs if r.log.nccl_version and r.log.collective in NCCL_OPS})
     if not printed:
         return None
     if printed[0] < NVLS_MODEL_CHANGE <= printed[-1]:

@@ -8,7 +8,7 @@ predict large ones in results/calibration/heldout.txt):
   ring's mid sizes from Together's NCCL_ALGO=RING all_reduce / all_gather / reduce_scatter runs
   on one 8x H100 node (`NAME@ring`, 16 MiB-8 GiB). They measure about twice the seed's 58 MB
   point; another cluster's node (xxrjun cnode3, held out in calibration/heldout.py) agrees with
-  them within 8%.
+  them within 8%; that node's all_to_all sets the point-to-point saturation inside a node.
 - H100 over InfiniBand: the node logs above (their parameters fitted first, calibration/
   nccl_physfit.py) + the default-settings runs of nccl-tests#309 on 8x H100 + 8x 400G IB
   nodes at 2, 4 and 8 nodes (NVLS-tree). The NCCL_ALGO=Ring 2-node log ran with
@@ -43,7 +43,7 @@ GEMM_CSV = ROOT / "data" / "gemm" / "h100sxm_samples.csv"
 
 H100_NODE = ["h100x8_allreduce_aws-batch-p5_partial.txt", "h100x8_allreduce_nvls_nccl-tests-issue290.txt", "hopper_ring_vs_nvls_points.yaml",
              "h100x8_allreduce_ringforced_from16MiB_together.txt@ring", "h100x8_allgather_ringforced_from16MiB_together.txt@ring",
-             "h100x8_reducescatter_ringforced_from16MiB_together.txt@ring"]
+             "h100x8_reducescatter_ringforced_from16MiB_together.txt@ring", "h100x8_alltoall_default_from32MiB_xxrjun-cnode3-002.txt"]
 A100_NODE = ["a100x8_allreduce_oci-japan.txt", "a100x8_allreduce_10GiB_oci-japan-v2.txt", "a100x8_sendrecv_li-plus-playground_partial.txt"]
 H100_IB = ["h100x16_2node_allreduce_ib400_nccl-tests-issue309a.txt", "h100x16_2node_allreduce_ib400_nccl-tests-issue309d.txt",
            "h100x32_4node_allreduce_ib400_nccl-tests-issue309g.txt", "h100x32_4node_allreduce_ib400_nccl-tests-issue309b.txt",

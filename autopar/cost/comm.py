@@ -68,7 +68,7 @@ def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: fl
 def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostParams, p2p: bool = False) -> float:
     link = cluster.intra_node
     eff = params.comm.nvlink_efficiency if link.kind == LinkKind.nvlink else params.comm.pcie_efficiency
-    half = params.comm.p2p_half_bandwidth_bytes if p2p else params.comm.half_bandwidth_bytes
+    half = _calibrated(params, "intra_p2p_half_bandwidth_bytes", params.comm.p2p_half_bandwidth_bytes) if p2p else params.comm.half_bandwidth_bytes
     return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, half)
 
 
