@@ -1,6 +1,7 @@
 """Small logs predict large ones: fit the collective model on the <= 2-node logs of a cluster
 (and the 8-GPU node logs of its GPU), predict the cluster's larger logs, compare bus bandwidth
-size by size. One case holds out a node of another cluster instead (the NVLink ring's mid sizes). `autopar calibrate report` writes the table to results/calibration/heldout.*.
+size by size; one case holds out another cluster's node instead (the NVLink ring's mid sizes).
+`autopar calibrate report` writes the table to results/calibration/heldout.*.
 
 Criterion (issue 10): |predicted / measured busbw - 1| <= 15% at sizes >= 64 MiB and <= 30% at
 1-64 MiB, on every held-out log. A size's measured time is the faster printed one

@@ -88,7 +88,7 @@ class Point:
 
 
 def points(runs: list[Run]) -> list[Point]:
-    """The faster printed time of every size of every NCCL-tuned log."""
+    """The faster printed time of every size of every fitted log (NCCL-tuned collectives and all_to_all)."""
     out = []
     for run in runs:
         if run.log.collective not in FITTED_OPS:

@@ -14,7 +14,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from autopar.cost.comm import Collective
+from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
 from autopar.errors import InputError, ProfileNotFound
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CommCalibration, CostParams, LogFit, load_cost_params
@@ -23,6 +26,20 @@ from calibration.nccl_fit import FitResult, fit_log
 from calibration.nccl_log import NcclLog
 from calibration.nccl_physfit import Run, fit
 
+
+
+def split_forced(spec: str) -> tuple[str, str | None, str | None]:
+    """'LOG@ring/simple' -> (LOG, 'ring', 'simple'): the algorithm / protocol the run forced
+    (NCCL_ALGO / NCCL_PROTO); a file whose own name has an '@' is taken whole."""
+    if "@" not in spec or Path(spec).is_file():
+        return spec, None, None
+    path, _, forced = spec.rpartition("@")
+    algo, _, proto = forced.partition("/")
+    if algo and algo not in ALGORITHMS:
+        raise InputError("logs", spec, f"forced algorithm must be one of {', '.join(ALGORITHMS)}")
+    if proto and proto not in PROTOCOLS:
+        raise InputError("logs", spec, f"forced protocol must be one of {', '.join(PROTOCOLS)}")
+    return path, algo or None, proto or None
 
 
 def find_gpu(log: NcclLog, fallback: str | None) -> GpuSpec | None:
@@ -38,6 +55,8 @@ def find_gpu(log: NcclLog, fallback: str | None) -> GpuSpec | None:
 def algorithm(log: NcclLog, gpu: GpuSpec | None) -> str:
     if log.algorithm:
         return log.algorithm
+    if log.collective in (Collective.all_to_all, Collective.send_recv):
+        return "p2p"  # pairwise sends, not NCCL-tuned (autopar.cost.comm.collective_choice)
     if (log.collective == Collective.all_reduce and log.tier == "intra_node" and gpu is not None
             and gpu.nvlink_gb_per_s and log.peak_busbw_gb_per_s > gpu.nvlink_gb_per_s):
         return "nvls"

@@ -34,6 +34,7 @@ from calibration.gemm_data import read_samples
 from calibration.gemm_fit import fit_gemm
 from calibration.nccl_log import NcclLog, read_log
 from calibration.nccl_points import read_points
+from calibration.nccl_profile import split_forced
 from calibration.profile import dump_profile, nccl_profile
 
 ROOT = Path(__file__).resolve().parent
@@ -64,19 +65,18 @@ def _relative(path: Path) -> str:
     return str(path.relative_to(ROOT.parent))
 
 
-def load_inputs(names: list[str]) -> tuple[list[NcclLog], dict[str, tuple[str | None, None]]]:
-    """The logs, and the algorithm each NAME@ALGO entry forced (NCCL_ALGO, as `calibrate nccl` takes it)."""
+def load_inputs(names: list[str]) -> tuple[list[NcclLog], dict[str, tuple[str | None, str | None]]]:
+    """The logs, and the algorithm / protocol each NAME@ALGO[/PROTO] entry forced (as `calibrate nccl` takes them)."""
     logs: list[NcclLog] = []
-    forced: dict[str, tuple[str | None, None]] = {}
+    forced: dict[str, tuple[str | None, str | None]] = {}
     for name in names:
-        file, _, algorithm = name.partition("@")
+        file, algorithm, protocol = split_forced(name)
         path = NCCL / file
         if path.suffix == ".yaml":
             logs.extend(read_points(_relative(path)))
             continue
         logs.append(read_log(_relative(path)))
-        if algorithm:
-            forced[logs[-1].path] = (algorithm, None)
+        forced[logs[-1].path] = (algorithm, protocol)
     return logs, forced
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from autopar.cli import main
-from autopar.cli.common import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, write_atomic
+from autopar.cli.common import COLLECTIVES, write_atomic
 from autopar.errors import InputError, Missing
 
 OPS = list(COLLECTIVES)  # the fitting code (numpy, scipy) loads when a command runs, not for --help
@@ -28,28 +28,16 @@ def calibrate() -> None:
     gemm), so one profile can hold both."""
 
 
-def _split_forced(path: str) -> tuple[str, str | None, str | None]:
-    """'LOG@ring/simple' -> (LOG, 'ring', 'simple'): the algorithm / protocol the run forced."""
-    if "@" not in path or Path(path).is_file():
-        return path, None, None
-    base, _, spec = path.rpartition("@")
-    algo, _, proto = spec.partition("/")
-    if algo and algo not in NCCL_ALGORITHMS:
-        raise InputError("logs", path, f"forced algorithm must be one of {', '.join(NCCL_ALGORITHMS)}")
-    if proto and proto not in NCCL_PROTOCOLS:
-        raise InputError("logs", path, f"forced protocol must be one of {', '.join(NCCL_PROTOCOLS)}")
-    return base, algo or None, proto or None
-
-
 def _read_all(paths: tuple[str, ...], ranks: int | None, nodes: int | None, op: str | None):
     from autopar.cost.comm import Collective
     from calibration.nccl_log import NcclLog, read_log
     from calibration.nccl_points import is_points_file, read_points
+    from calibration.nccl_profile import split_forced
 
     logs: list[NcclLog] = []
     forced: dict[str, tuple[str | None, str | None]] = {}
     for spec in paths:
-        path, algo, proto = _split_forced(spec)
+        path, algo, proto = split_forced(spec)
         if is_points_file(path):
             logs.extend(read_points(path))
             continue

@@ -326,7 +326,7 @@ class LogFit(_Strict):
     tier: str = Field(description="intra_node | network")
     num_ranks: int = Field(gt=0, description="Ranks of the run")
     num_nodes: int = Field(gt=0, description="Nodes of the run")
-    algorithm: str = Field(description="ring, or nvls when busbw exceeds the NVLink rate")
+    algorithm: str = Field(description="ring, nvls when busbw exceeds the NVLink rate, p2p for all_to_all / send_recv, or the one the run forced")
     peak_busbw_gb_per_s: float = Field(gt=0, description="Largest busbw printed in the log, GB/s")
     fitted: list[str] = Field(description="Coefficients the sizes constrained (others from the prior shape)")
     busbw_gb_per_s: float = Field(gt=0, description="Fitted B, GB/s")
