@@ -68,8 +68,13 @@ def _achieved(peak_bytes_per_second: float, efficiency: float, message_bytes: fl
 def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostParams, p2p: bool = False) -> float:
     link = cluster.intra_node
     eff = params.comm.nvlink_efficiency if link.kind == LinkKind.nvlink else params.comm.pcie_efficiency
-    half = _calibrated(params, "intra_p2p_half_bandwidth_bytes", params.comm.p2p_half_bandwidth_bytes) if p2p else params.comm.half_bandwidth_bytes
-    return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, half)
+    if not p2p:
+        return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, params.comm.half_bandwidth_bytes)
+    # pairwise sends reach their own rate, not the ring's: a one-node all_to_all log measures it
+    # (xxrjun cnode3 8x H100: 348 GB/s at 1-16 GiB against NVLink x nvlink_efficiency 369)
+    peak = _calibrated(params, "intra_p2p_busbw_gb_per_s", link.bandwidth_gb_per_s * eff) * GB
+    half = _calibrated(params, "intra_p2p_half_bandwidth_bytes", params.comm.p2p_half_bandwidth_bytes)
+    return _achieved(peak, 1.0, message_bytes, half)
 
 
 def _tiers_spanned(cluster: ClusterSpec, nodes: int):

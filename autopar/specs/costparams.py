@@ -291,6 +291,7 @@ class CommCalibration(_Strict):
     ring_saturation_exponent: float | None = Field(None, gt=0, description="Ring, tree, PAT: saturation exponent")
     switch_half_bandwidth_bytes: float | None = Field(None, gt=0, description="NVLS, NVLS-tree, CollNet: size where the Simple transfer time doubles, bytes")
     switch_saturation_exponent: float | None = Field(None, gt=0, description="NVLS, NVLS-tree, CollNet: saturation exponent")
+    intra_p2p_busbw_gb_per_s: float | None = Field(None, gt=0, description="Point-to-point sends inside a node (AllToAll) at large sizes: bus bandwidth per GPU, GB/s (nccl-tests all_to_all busbw)")
     intra_p2p_half_bandwidth_bytes: float | None = Field(None, gt=0, description="Point-to-point sends inside a node (AllToAll pairs, SendRecv): message size per pair where achieved bandwidth is half its large-message value, bytes")
     not_identified: dict[str, str] = Field(default_factory=dict, description="Parameter -> why the logs could not tell it (default kept)")
     num_observations: int = Field(0, ge=0, description="Printed times fitted")
