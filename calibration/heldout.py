@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from autopar.cost.comm import busbw_factor
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CommCalibration, load_cost_params
+from calibration.nccl_profile import cluster_for
 from calibration.nccl_samples import read_sample
 from calibration.nccl_physfit import MIB, Run, fit, points, predict, with_nccl_version, with_values
 from calibration.nccl_points import read_points
@@ -41,6 +42,8 @@ H100_NODE = (LogSpec("h100x8_allreduce_aws-batch-p5_partial.txt"), LogSpec("h100
              LogSpec("hopper_ring_vs_nvls_points.yaml"), LogSpec("h100x8_allreduce_ringforced_from16MiB_together.txt", "ring"),
              LogSpec("h100x8_allgather_ringforced_from16MiB_together.txt", "ring"),
              LogSpec("h100x8_reducescatter_ringforced_from16MiB_together.txt", "ring"))
+
+XXRJUN_NODE = tuple(LogSpec(f"h100x8_{op}_default_from32MiB_xxrjun-cnode3-002.txt") for op in ("allreduce", "allgather", "reducescatter", "alltoall"))
 
 # gj-aion's logs do not print the NCCL release; the thread's other runs (May-June 2025) print 2.26.2
 GJ_AION_NCCL = "2.26"
@@ -78,6 +81,13 @@ CASES = (
          (LogSpec("h100x8_allreduce_default_from32MiB_xxrjun-cnode3-002.txt"),
           LogSpec("h100x8_allgather_default_from32MiB_xxrjun-cnode3-002.txt"),
           LogSpec("h100x8_reducescatter_default_from32MiB_xxrjun-cnode3-002.txt"))),
+    Case("xxrjun/nccl-tests-cluster cluster01: 8x H100 nodes (cnode3-002..011), one 400G-class NIC per GPU (inferred from "
+         "its 10 x 1 all_reduce, 48.9 GB/s), NCCL 2.29.2: the node logs and a 2-node all_to_all predict 10-node all_to_alls "
+         "with 2, 4 and 8 ranks per node (the cross-node pair saturation comes from its 10 x 1 log: profiles/cost/defaults.yaml)",
+         "dgx-h100",
+         (*XXRJUN_NODE, LogSpec("h100x16_2node_alltoall_xxrjun-cluster01-pair004-010.txt")),
+         (LogSpec("h100x20_10node_alltoall_xxrjun-cluster01.txt"), LogSpec("h100x40_10node_alltoall_xxrjun-cluster01.txt"),
+          LogSpec("h100x80_10node_alltoall_xxrjun-cluster01.txt"))),
     Case("coreweave/nccl-tests README: GB200 NVL72 racks (a node = one 72-GPU NVLink domain), NCCL 2.26.2, NVLS off", "gb200-nvl72",
          (LogSpec("nonstandard/gb200x72_1rack_allreduce_coreweave_elided.txt"),
           LogSpec("nonstandard/gb200x128_2rack_allreduce_coreweave_elided.txt")),
@@ -113,7 +123,7 @@ def _runs(specs, cluster_name: str, nvls: bool = True) -> list[Run]:
         path = _relative(NCCL / spec.file)
         logs = read_points(path) if spec.file.endswith(".yaml") else [read_sample(spec.file)]
         for log in logs:
-            cluster = base.with_gpus(log.num_ranks) if log.num_ranks > base.gpus_per_node else base
+            cluster = cluster_for(log, base, None)
             out.append(Run(log, cluster, spec.algorithm or log.algorithm))
     return out
 

@@ -60,6 +60,7 @@ PARAMETERS = {
     "switch_saturation_exponent": ((0.3, 1.5), 0.3, "no mid-size NVLS / NVLS-tree data over a wide size range: in-switch saturation exponent from the default profile"),
     "intra_p2p_busbw_gb_per_s": ((0.3, 2.0), np.log(1.3), "no large-message one-node all_to_all log: point-to-point bandwidth inside a node from the cluster's link rate x nvlink_efficiency"),
     "intra_p2p_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size one-node all_to_all log: point-to-point saturation inside a node from the default profile"),
+    "net_p2p_half_bandwidth_bytes": ((0.01, 100.0), np.log(4.0), "no mid-size multi-node all_to_all log: point-to-point saturation across nodes from the default profile"),
 }
 _ABSOLUTE = ("ring_saturation_exponent", "switch_saturation_exponent")
 _BANDWIDTHS = ("intra_busbw_gb_per_s", "nvls_speedup", "network_efficiency", "intra_p2p_busbw_gb_per_s")
@@ -108,7 +109,8 @@ def defaults(params: CostParams, cluster: ClusterSpec) -> dict[str, float]:
             "net_simple_latency_scale": 1.0,
             "ring_half_bandwidth_bytes": c.half_bandwidth_bytes, "ring_saturation_exponent": c.saturation_exponent,
             "switch_half_bandwidth_bytes": c.switch_half_bandwidth_bytes, "switch_saturation_exponent": c.switch_saturation_exponent,
-            "intra_p2p_busbw_gb_per_s": link.bandwidth_gb_per_s * eff, "intra_p2p_half_bandwidth_bytes": c.p2p_half_bandwidth_bytes}
+            "intra_p2p_busbw_gb_per_s": link.bandwidth_gb_per_s * eff, "intra_p2p_half_bandwidth_bytes": c.p2p_half_bandwidth_bytes,
+            "net_p2p_half_bandwidth_bytes": c.net_p2p_half_bandwidth_bytes}
 
 
 def with_values(params: CostParams, values: dict[str, float]) -> CostParams:

@@ -205,16 +205,19 @@ def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: Cl
     n = group.size
     alpha = step_latency_seconds(cluster, group)
     eff = _calibrated(params, "network_efficiency", params.comm.network_efficiency)
+    net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)
     if op == Collective.send_recv:
         if group.nodes <= 1:
             return alpha + message_bytes / intra_bandwidth(cluster, message_bytes, params, p2p=True)
+        # one pair on NCCL's few network p2p channels: not the all_to_all curve (xxrjun cluster01's 10 x 1
+        # H100 sendrecv log runs at 24.9 GB/s of a 400G NIC, which the model does not take yet)
         nic = _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes, params.comm.p2p_half_bandwidth_bytes)
         return alpha + message_bytes / nic
     off_node = message_bytes * (n - group.per_node) / n
     on_node = message_bytes * (group.per_node - 1) / n
     # each pair exchanges message_bytes / n: saturation follows the p2p curve
     t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params, p2p=True) if on_node else 0.0
-    t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes / n, params.comm.p2p_half_bandwidth_bytes) if off_node else 0.0
+    t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes / n, net_half) if off_node else 0.0
     # pairwise sends are issued together: latency grows with log2(n), not n
     return alpha * math.log2(n) + max(t_on, t_off)
 

@@ -61,6 +61,13 @@ SAMPLES = {
     "h100x8_reducescatter_default_from32MiB_xxrjun-cnode3-002.txt": (RS, 8, 1, 32 * M, 16 * G, 10, 365.09, False),
     "h100x8_alltoall_default_from32MiB_xxrjun-cnode3-002.txt": (Collective.all_to_all, 8, 1, 32 * M, 16 * G, 10, 348.03, False),
     "h100x8_sendrecv_default_from32MiB_xxrjun-cnode3-002.txt": (SR, 8, 1, 32 * M, 16 * G, 10, 367.25, False),
+    # the same cluster's 10-node all_to_all runs (1, 2, 4, 8 ranks per node; sizes rounded down to
+    # whole elements per rank) and a 2-node run of the pairwise sweep (from 4 GiB)
+    "h100x10_10node_alltoall_xxrjun-cluster01.txt": (Collective.all_to_all, 10, 10, 33554400, 17179869120, 10, 44.82, False),
+    "h100x20_10node_alltoall_xxrjun-cluster01.txt": (Collective.all_to_all, 20, 10, 33554240, 17179869120, 10, 47.83, False),
+    "h100x40_10node_alltoall_xxrjun-cluster01.txt": (Collective.all_to_all, 40, 10, 33553920, 17179868800, 10, 49.67, False),
+    "h100x80_10node_alltoall_xxrjun-cluster01.txt": (Collective.all_to_all, 80, 10, 33553920, 17179868160, 10, 50.66, False),
+    "h100x16_2node_alltoall_xxrjun-cluster01-pair004-010.txt": (Collective.all_to_all, 16, 2, 4 * G, 16 * G, 3, 91.96, False),
     "h200x16_2node_allreduce_datacrunch.txt": (AR, 16, 2, 1 * M, 1 * G, 11, 267.77, False),
     "h200x16_2node_allreduce_oci-argonne.txt": (AR, 16, 2, 1 * G, 16 * G, 5, 486.49, False),
     "h200x8_allreduce_8GiB_azure-ndv5-debian.txt": (AR, 8, 1, 8 * G, 8 * G, 1, 476.98, False),

@@ -199,7 +199,7 @@ def test_every_held_out_log_is_judged_or_named_not_modelled(heldout):
         for log in case["held_out"]:
             assert log["passes"] or case["not_modelled"], log["log"]
     assert sum(1 for case in heldout if case["not_modelled"]) == 2
-    assert sum(len(case["held_out"]) for case in heldout) == 8
+    assert sum(len(case["held_out"]) for case in heldout) == 11
 
 
 def test_two_node_nvls_tree_log_does_not_set_the_network(heldout):
@@ -214,3 +214,24 @@ def test_two_node_nvls_tree_log_does_not_set_the_network(heldout):
 def heldout():
     from calibration.heldout import CASES, evaluate
     return [evaluate(case) for case in CASES]
+
+
+def test_cross_node_all_to_all_pairs_saturate_near_half_a_megabyte():
+    # profiles/cost/defaults.yaml net_p2p_half_bandwidth_bytes = 4.5e5 from xxrjun cluster01's 10 x 1
+    # H100 all_to_all (every pair on the network): measured busbw 42.0 GB/s at 64 MiB (6.71 MB per
+    # pair) and 44.8 at 16 GiB. Default model: 400 Gb/s x network_efficiency 0.90 = 45.0 GB/s peak,
+    # x 6.71 / (6.71 + 0.45) = 42.2 at 64 MiB. Before, the unverified 8 MB gave 45.0 x 6.71 / 14.71 =
+    # 20.5 GB/s (-51%). The 8-ranks-per-node run of the same nodes (80 ranks: 70 of 79 peers off the
+    # node, busbw = NIC x 79/70) measures 48.3 GB/s at 128 MiB (1.68 MB per pair): 45.0 x 79/70 x 1.68 /
+    # 2.13 = 40.1, less the latency of log2(80) steps: the model's 38.5 (-20%; the default efficiency;
+    # calibration/heldout.py fits it from a 2-node run and predicts these logs within 14% at >= 64 MiB)
+    from calibration.nccl_samples import read_sample
+
+    params, cluster = load_cost_params(), load_cluster("dgx-h100")
+    assert params.comm.net_p2p_half_bandwidth_bytes == pytest.approx(4.5e5)
+    for name, size, measured, tolerance in (("h100x10_10node_alltoall_xxrjun-cluster01.txt", 67108800, 41.98, 0.03),
+                                            ("h100x80_10node_alltoall_xxrjun-cluster01.txt", 134216960, 48.29, 0.22)):
+        log = read_sample(name)
+        c = cluster.model_copy(update={"gpus_per_node": log.ranks_per_node, "num_nodes": 1}).with_gpus(log.num_ranks)
+        t = collective_choice(Collective.all_to_all, size, place_group(log.num_ranks, 1, log.ranks_per_node), c, params).seconds
+        assert size / t * busbw_factor(Collective.all_to_all, log.num_ranks) / 1e9 == pytest.approx(measured, rel=tolerance)
