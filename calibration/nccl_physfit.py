@@ -37,8 +37,8 @@ SENSITIVITY = 0.05     # d log t / d log parameter that counts as "this size mea
 MIN_SENSITIVE = 3      # sizes that must measure a parameter before it is fitted
 ROBUST_SCALE = 0.05    # Cauchy scale on log time: outlying sizes (another protocol, a stall) count less
 NCCL_OPS = (Collective.all_reduce, Collective.all_gather, Collective.reduce_scatter)
-# all_to_all runs as pairwise sends that NCCL's tuning model does not choose for; its one-node logs
-# measure the point-to-point saturation. send_recv logs are not fitted: one pair moves on NCCL's few
+# all_to_all runs as pairwise sends that NCCL's tuning model does not choose for; its logs measure the
+# point-to-point rate and saturation (one-node logs inside the node, multi-node logs across it). send_recv logs are not fitted: one pair moves on NCCL's few
 # point-to-point channels, a channel count the model does not take (a100x8_sendrecv: 196 of 240 GB/s)
 FITTED_OPS = NCCL_OPS + (Collective.all_to_all,)
 

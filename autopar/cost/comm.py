@@ -71,7 +71,7 @@ def intra_bandwidth(cluster: ClusterSpec, message_bytes: float, params: CostPara
     if not p2p:
         return _achieved(link.bandwidth_gb_per_s * GB, eff, message_bytes, params.comm.half_bandwidth_bytes)
     # pairwise sends reach their own rate, not the ring's: a one-node all_to_all log measures it
-    # (xxrjun cnode3 8x H100: 348 GB/s at 1-16 GiB against NVLink x nvlink_efficiency 369)
+    # (xxrjun cnode3 8x H100: 333-348 GB/s at 1-16 GiB against NVLink x nvlink_efficiency 369)
     peak = _calibrated(params, "intra_p2p_busbw_gb_per_s", link.bandwidth_gb_per_s * eff) * GB
     half = _calibrated(params, "intra_p2p_half_bandwidth_bytes", params.comm.p2p_half_bandwidth_bytes)
     return _achieved(peak, 1.0, message_bytes, half)
@@ -205,7 +205,6 @@ def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: Cl
     n = group.size
     alpha = step_latency_seconds(cluster, group)
     eff = _calibrated(params, "network_efficiency", params.comm.network_efficiency)
-    net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)
     if op == Collective.send_recv:
         if group.nodes <= 1:
             return alpha + message_bytes / intra_bandwidth(cluster, message_bytes, params, p2p=True)
@@ -215,6 +214,7 @@ def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: Cl
         return alpha + message_bytes / nic
     off_node = message_bytes * (n - group.per_node) / n
     on_node = message_bytes * (group.per_node - 1) / n
+    net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)
     # each pair exchanges message_bytes / n: saturation follows the p2p curve
     t_on = on_node / intra_bandwidth(cluster, message_bytes / n, params, p2p=True) if on_node else 0.0
     t_off = off_node / _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes / n, net_half) if off_node else 0.0
