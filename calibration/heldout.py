@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.cost.comm import busbw_factor
+from autopar.cost.comm import Collective, busbw_factor
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CommCalibration, load_cost_params
 from calibration.nccl_profile import cluster_for
@@ -88,6 +88,13 @@ CASES = (
          (*XXRJUN_NODE, LogSpec("h100x16_2node_alltoall_xxrjun-cluster01-pair004-010.txt")),
          (LogSpec("h100x20_10node_alltoall_xxrjun-cluster01.txt"), LogSpec("h100x40_10node_alltoall_xxrjun-cluster01.txt"),
           LogSpec("h100x80_10node_alltoall_xxrjun-cluster01.txt"))),
+    Case("xxrjun/nccl-tests-cluster cluster01, send_recv: the node logs and 2-node sendrecv runs (not fitted: "
+         "calibration/nccl_physfit.py fits no send_recv; the default model is within 13% of both, -2% with 8 and +13% with 1 "
+         "rank per node) predict the 10-node sendrecv rings with 1, 2, 4 and 8 ranks per node",
+         "dgx-h100",
+         (*XXRJUN_NODE, LogSpec("h100x2_2node_sendrecv_xxrjun-cluster01-pair004-010.txt"),
+          LogSpec("h100x16_2node_sendrecv_xxrjun-cluster01-pair004-010.txt")),
+         tuple(LogSpec(f"h100x{n}_10node_sendrecv_xxrjun-cluster01.txt") for n in (10, 20, 40, 80))),
     Case("coreweave/nccl-tests README: GB200 NVL72 racks (a node = one 72-GPU NVLink domain), NCCL 2.26.2, NVLS off", "gb200-nvl72",
          (LogSpec("nonstandard/gb200x72_1rack_allreduce_coreweave_elided.txt"),
           LogSpec("nonstandard/gb200x128_2rack_allreduce_coreweave_elided.txt")),
@@ -139,7 +146,7 @@ def evaluate(case: Case) -> dict:
         log = pt_run.log
         factor = busbw_factor(log.collective, log.num_ranks)
         rows = []
-        for p in points([pt_run]):
+        for p in points([pt_run], ops=tuple(Collective)):
             if p.size_bytes < MIB:
                 continue
             t = predict(p, fitted)

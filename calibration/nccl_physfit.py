@@ -38,8 +38,9 @@ MIN_SENSITIVE = 3      # sizes that must measure a parameter before it is fitted
 ROBUST_SCALE = 0.05    # Cauchy scale on log time: outlying sizes (another protocol, a stall) count less
 NCCL_OPS = (Collective.all_reduce, Collective.all_gather, Collective.reduce_scatter)
 # all_to_all runs as pairwise sends that NCCL's tuning model does not choose for; its logs measure the
-# point-to-point rate and saturation (one-node logs inside the node, multi-node logs across it). send_recv logs are not fitted: one pair moves on NCCL's few
-# point-to-point channels, a channel count the model does not take (a100x8_sendrecv: 196 of 240 GB/s)
+# point-to-point rate and saturation (one-node logs inside the node, multi-node logs across it). send_recv logs are not fitted:
+# one pair's rate depends on what the model does not take (a100x8_sendrecv inside a node: 196 of 240 GB/s; xxrjun
+# cluster01 across nodes: 40-46 GB/s for a 2-node pair, 15-26 for one pair per node boundary of a 10-node ring)
 FITTED_OPS = NCCL_OPS + (Collective.all_to_all,)
 
 # name -> (bounds relative to the default (absolute for exponents); prior width: the fit pays one
@@ -89,11 +90,12 @@ class Point:
     seconds: float
 
 
-def points(runs: list[Run]) -> list[Point]:
-    """The faster printed time of every size of every fitted log (NCCL-tuned collectives and all_to_all)."""
+def points(runs: list[Run], ops=FITTED_OPS) -> list[Point]:
+    """The faster printed time of every size of every log of `ops` (by default the fitted ones:
+    NCCL-tuned collectives and all_to_all)."""
     out = []
     for run in runs:
-        if run.log.collective not in FITTED_OPS:
+        if run.log.collective not in ops:
             continue
         for row in run.log.rows:
             out.append(Point(run, float(row.size_bytes), min(row.times_us) * 1e-6))

@@ -192,14 +192,27 @@ def test_two_node_fit_predicts_larger_logs_at_mid_sizes(heldout, name):
     assert log["max_error_1_64mib"] <= 0.30
 
 
+# issue 10, not met: xxrjun cluster01's send_recv rings over 10 nodes move one pair per node boundary
+# at 24.8-26.2 GB/s (15.2 with 8 ranks per node), where the same cluster's isolated 2-node pairs reach
+# 39.7-46.1 GB/s and its 10 x 1 all_reduce ring 48.9. The model gives every pair across nodes the NIC
+# rate (400 Gb/s x 0.90 = 45 GB/s): +71% to +195% at >= 64 MiB (results/calibration/heldout.txt).
+# NCCL's point-to-point channels per network peer do not explain it alone: a 2.29.2 init log on
+# 2 nodes x 1 GPU prints "1 p2p channels per peer", yet 2-node pairs run at the NIC rate here.
+SEND_RECV_RINGS = tuple(f"h100x{n}_10node_sendrecv_xxrjun-cluster01.txt" for n in (10, 20, 40, 80))
+
+
 def test_every_held_out_log_is_judged_or_named_not_modelled(heldout):
     # a held-out log either meets the issue-10 bands (above) or its case says what input of its
-    # run the model does not take (NCCL_MIN_CTAS, multi-node NVLink domains)
+    # run the model does not take (NCCL_MIN_CTAS, multi-node NVLink domains); the send_recv rings
+    # above are the known misses (when a change makes one pass, move it to the passing tests)
     for case in heldout:
         for log in case["held_out"]:
-            assert log["passes"] or case["not_modelled"], log["log"]
+            if log["log"].endswith(SEND_RECV_RINGS):
+                assert not log["passes"] and log["max_error_ge_64mib"] >= 0.7, log["log"]
+            else:
+                assert log["passes"] or case["not_modelled"], log["log"]
     assert sum(1 for case in heldout if case["not_modelled"]) == 2
-    assert sum(len(case["held_out"]) for case in heldout) == 11
+    assert sum(len(case["held_out"]) for case in heldout) == 15
 
 
 def test_two_node_nvls_tree_log_does_not_set_the_network(heldout):
