@@ -212,22 +212,37 @@ def append_record(out_dir: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def check_same_sweep(out: Path, spec: SweepSpec) -> None:
-    """SPEC_FILE records the sweep an --out folder belongs to; --resume with another sweep
-    would mix two grids' cases in one summary, so it is refused."""
+# what a case's result does not depend on (the baseline check alone reads the threshold)
+RESULT_NEUTRAL = frozenset({"threshold"})
+
+
+def _sweep_identity(spec: SweepSpec, overrides: dict[str, Any]) -> dict[str, Any]:
+    """What an --out folder's results depend on: the sweep's grid and settings and the cost
+    overrides (one cost model per summary)."""
+    mine = {k: v for k, v in spec.model_dump(mode="json").items() if k not in RESULT_NEUTRAL}
+    return {**mine, "cost_overrides": json.loads(json.dumps(overrides, sort_keys=True, default=str))}
+
+
+def check_same_sweep(out: Path, spec: SweepSpec, overrides: dict[str, Any], fresh: bool) -> None:
+    """SPEC_FILE records the sweep an --out folder belongs to, with its --cost-override; --resume
+    with another sweep or other overrides would mix two grids' or two cost models' cases in one
+    summary, so it is refused. A folder without finished cases (`fresh`) is simply taken over."""
     path = out / SPEC_FILE
-    mine = spec.model_dump(mode="json")
-    if not path.exists():
+    mine = _sweep_identity(spec, overrides)
+    if fresh or not path.exists():
         path.write_text(json.dumps(mine, indent=1, sort_keys=True) + "\n")
         return
     try:
         theirs = json.loads(path.read_text())
     except (OSError, ValueError):
         theirs = None
+    if isinstance(theirs, dict):  # folders written before the overrides were recorded ran without any
+        theirs = {"cost_overrides": {}, **{k: v for k, v in theirs.items() if k not in RESULT_NEUTRAL}}
     if theirs != mine:
         keys = sorted(k for k in mine if not isinstance(theirs, dict) or theirs.get(k) != mine.get(k))
+        keys = ["--cost-override" if k == "cost_overrides" else k for k in keys]
         raise InputError("resume", str(out), f"the folder holds a different sweep (differs in {', '.join(keys) or 'format'}; "
-                         f"see {SPEC_FILE}); resume it with its own sweep file or choose another --out")
+                         f"see {SPEC_FILE}); resume it with its own sweep file and --cost-override or choose another --out")
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bool = False,
@@ -239,16 +254,17 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bo
         raise InputError("workers", workers, f"must be a positive integer at most {MAX_WORKERS}")
     if (out / CASES_FILE).exists() and not resume:
         raise InputError("out", str(out), f"already holds {CASES_FILE}; pass --resume to continue it or choose an empty directory")
+    overrides = dict(overrides or {})
+    apply_overrides(load_cost_params(), overrides)  # bad keys fail here, not as error records
     try:
         out.mkdir(parents=True, exist_ok=True)
-        check_same_sweep(out, spec)
+        check_same_sweep(out, spec, overrides, fresh=not (out / CASES_FILE).exists())
     except OSError as exc:
         raise InputError("out", str(out), f"cannot write ({exc.strerror})") from None
     all_cases = cases(spec)
     done = read_records(out)
     todo = [c for c in all_cases if c["case"] not in done]
-    spec_data, overrides = spec.model_dump(mode="json"), dict(overrides or {})
-    apply_overrides(load_cost_params(), overrides)  # bad keys fail here, not as error records
+    spec_data = spec.model_dump(mode="json")
     total, finished = len(all_cases), len(all_cases) - len(todo)
     if progress:
         progress(finished, total, "")

@@ -53,14 +53,14 @@ def write_report_dir(reports: dict[str, dict], report_dir: str | Path) -> None:
 
 
 def _check_rows(data) -> None:
-    """The columns every row needs are positive whole numbers (a text or a boolean there is a
-    broken file, not a row to skip)."""
+    """The count columns are positive whole numbers or null (a text or a boolean there is a broken
+    file, not a row to skip; a null or absent one is derived per row or the row is skipped)."""
     rows = data.get("rows", data.get("runs")) if isinstance(data, dict) else data
     if not isinstance(rows, list):
         return  # load_rows names the shape error
     for i, row in enumerate(rows):
         for key in REQUIRED_COUNTS:
-            if isinstance(row, dict) and key in row:
+            if isinstance(row, dict) and row.get(key) is not None:
                 value = row[key]
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                     raise InputError(f"runs[{i}].{key}", value, "must be a positive whole number")

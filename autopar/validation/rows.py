@@ -665,16 +665,32 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
     until the backward is done (torch.distributed.fsdp.ShardingStrategy docs), FSDP2's
     reshard_after_forward=False."""
     value = row.get("fsdp")
-    if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
+    if value is None or _flag(value) is False:
         return False, None, False
     text = str(value).lower()
-    if text.strip() in ("0", "off", "false", "no"):
-        return False, None, False
     keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2", text))
     way = re.search(r"(\d+)-way", text)
     if way is None and "hybrid" in text:
         return True, int(row.get("gpus_per_node") or 8), keeps
     return True, int(way.group(1)) if way and "routed experts" not in text else None, keeps
+
+
+OFF_WORDS = frozenset({"off", "false", "no", "none", "disabled", "disable"})
+ON_WORDS = frozenset({"on", "true", "yes", "enabled", "enable"})
+
+
+def _flag(value: Any) -> bool | None:
+    """A yes/no cell: a boolean, a number (0 is off), a number or an on/off word as text; None when
+    the text says neither (a description such as 'FSDP2 8-way')."""
+    if isinstance(value, (bool, int, float)):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in OFF_WORDS or text in ON_WORDS:
+        return text in ON_WORDS
+    try:
+        return float(text) != 0
+    except ValueError:
+        return None
 
 
 def _zero(row: dict[str, Any], fsdp: bool) -> int:
@@ -683,7 +699,10 @@ def _zero(row: dict[str, Any], fsdp: bool) -> int:
     if row.get("zero_stage") is not None:
         return int(row["zero_stage"])
     if row.get("distributed_optimizer") is not None:
-        return 1 if row["distributed_optimizer"] else 0
+        on = _flag(row["distributed_optimizer"])
+        if on is None:
+            raise InputError("distributed_optimizer", row["distributed_optimizer"], "must be true or false (or on/off, yes/no, 1/0)")
+        return 1 if on else 0
     return 0 if is_2021(row) else 1
 
 

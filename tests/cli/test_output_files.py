@@ -63,3 +63,19 @@ def test_validate_names_a_text_where_a_count_belongs(tmp_path):
     runs.write_text(json.dumps([row, {**row, "num_gpus": "32"}]))
     res = CliRunner().invoke(main, ["validate", str(runs), "--quiet"])
     assert res.exit_code == 1 and res.stderr.strip() == "Error: runs[1].num_gpus='32': must be a positive whole number"
+
+
+def test_validate_derives_a_null_or_absent_count_as_the_library_does(tmp_path):
+    # the CLI refused a null global_batch_size (and an absent num_layers) that the row layer derives
+    # (tokens_per_batch / seq_len; the model preset) and validate_runs predicts
+    row = json.loads((ROOT / "tests/data/dev_runs.json").read_text())[21]  # NeMo 24.07 GPT3-175B: a model preset
+    assert row["tokens_per_batch"] == row["global_batch_size"] * row["seq_len"] and row["model_name"] == "GPT3-175B"
+    shorter = {k: v for k, v in row.items() if k != "num_layers"}
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps([row, {**row, "id": "nullbatch", "global_batch_size": None}, {**shorter, "id": "nolayers"}]))
+    res = CliRunner().invoke(main, ["validate", str(runs), "--quiet", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["rows"]
+    assert [r["skipped"] for r in rows] == [None, None, None]
+    assert rows[1]["predicted_tokens_per_second_per_gpu"] == rows[0]["predicted_tokens_per_second_per_gpu"]
+    assert rows[1]["resolved"]["global_batch_size"] == "tokens_per_batch / seq_len"

@@ -239,6 +239,28 @@ def test_resume_refuses_a_different_sweep(full, tmp_path):
     assert res.output.startswith(f"Error: resume='{full}': the folder holds a different sweep (differs in gpus")
 
 
+def test_resume_refuses_other_cost_overrides_and_allows_another_threshold(full, tmp_path):
+    # the folder's finished cases ran without overrides: resuming with one would put two cost
+    # models' cases in one summary; the threshold only changes the baseline check
+    override = tmp_path / "override.yaml"
+    override.write_text("memory.hbm_efficiency: 0.45\n")
+    res = _run(str(_sweep_file(tmp_path)), "--out", str(full), "--resume", "--cost-override", str(override), "--no-plots")
+    assert res.exit_code == 1
+    assert res.output.startswith(f"Error: resume='{full}': the folder holds a different sweep (differs in --cost-override;")
+    res = _run(str(_sweep_file(tmp_path, threshold=0.2)), "--out", str(full), "--resume", "--no-plots")
+    assert res.exit_code == 0, res.output
+
+
+def test_a_folder_without_finished_cases_takes_a_new_sweep(tmp_path):
+    # a sweep stopped before its first case leaves only sweep.json: a new sweep may use the folder
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"name": "other", "gpus": [64]}))
+    res = _run(str(_sweep_file(tmp_path, models=["gpt2-xl"], gpus=[8], global_batches=[64])), "--out", str(out), "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "sweep.json").read_text())["gpus"] == [8]
+
+
 def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
     # objective=cost needs the cluster's GPU-hour price; dgx-a100-40gb has none, so its case fails
     out = tmp_path / "out"

@@ -36,10 +36,24 @@ def test_every_row_is_read(name):
     ("FSDP2 full shard (64-way)", 3, None),           # 64-way = all of dp: no HSDP
     ("FSDP2 16-way x TP 8", 3, None),                 # 64 GPUs / tp 8 = dp 8 -> 16 > 8: not a sub-group
     ("FSDP2 8-way", 3, 8),                            # 8 of 64 ranks: HSDP shard group
+    ("0.0", 1, None), ("none", 1, None), ("Disabled", 1, None), ("off", 1, None),  # off in words and text numbers
+    ("true", 3, None),
 ])
 def test_fsdp_column_spellings(fsdp, zero, shard):
     fields = row_inputs({**BASE, "fsdp": fsdp, "tp": 8 if "TP 8" in str(fsdp) else 1}).plan_fields
     assert fields["zero"] == zero and fields.get("zero_shard_size") == shard
+
+
+@pytest.mark.parametrize("value, zero", [(False, 0), ("false", 0), ("no", 0), ("0", 0), (True, 1), ("True", 1), ("on", 1)])
+def test_distributed_optimizer_flag_spellings(value, zero):
+    # a text "false" is off (it read as on: any non-empty string is truthy)
+    row = {k: v for k, v in BASE.items()}
+    assert row_inputs({**row, "distributed_optimizer": value}).plan_fields["zero"] == zero
+
+
+def test_distributed_optimizer_text_that_is_no_flag_is_refused_by_name():
+    res = predict_row({**BASE, "distributed_optimizer": "sometimes"})
+    assert res.skipped and "distributed_optimizer='sometimes': must be true or false" in res.skipped
 
 
 def test_accounted_embedding_and_loss_become_a_layout():
