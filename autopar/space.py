@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import ValidationError
 
-from autopar.cost.rules import legal_mask
+from autopar.cost.rules import OVERLAP_DISPATCHERS_RULE, legal_mask
 from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
 from autopar.errors import InputError, NoCandidate
 from autopar.fix import FIXABLE
@@ -22,10 +22,6 @@ from autopar.specs.training import TrainingSpec
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
 MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use 2-8; any vpp can be given)
 ALLTOALL, DEEPEP = DISPATCHER.index(Dispatcher.alltoall), DISPATCHER.index(Dispatcher.deepep)
-# the overlapped EP exchange exists for these dispatchers only (no framework overlaps the allgather one)
-OVERLAP_DISPATCHERS_RULE = ("overlaps the expert-parallel AllToAll: needs the alltoall or deepep dispatcher (Megatron-Core "
-                            "TransformerConfig: 'overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher'; "
-                            "DeepSpeed and torchtitan do not overlap it)")
 
 
 def divisors(n: int) -> list[int]:

@@ -263,10 +263,9 @@ def _nearest_fix(req: SearchRequest) -> str:
     if "recompute" in fixed and str(fixed["recompute"]) != "full":
         hints.append("allow recompute=full (drop it from --fix)")
     n = req.cluster.num_gpus
-    for factor in (2, 4, 8, 16, 32, 64):
-        gpus = n * factor
+    for gpus in _larger_gpu_counts(n, req.cluster.physical_gpus_per_node):
         try:
-            bigger = _batch(req, req.cluster.with_gpus(gpus))
+            bigger = _batch(req, req.cluster.whole_nodes().with_gpus(gpus))
         except AutoparError:
             break
         if len(bigger.tab) and _fits_somewhere(bigger):
@@ -275,8 +274,19 @@ def _nearest_fix(req: SearchRequest) -> str:
                          f"--gpus {gpus} --extrapolate-fabric fits (cluster {req.cluster.name} describes {fabric:,} GPUs)")
             break
     else:
-        hints.append(f"even {n * 64} GPUs do not fit this model at this sequence length")
+        hints.append(f"even {gpus} GPUs do not fit this model at this sequence length")
     return "nearest change: " + "; ".join(hints) if hints else "no nearby change fits"
+
+
+def _larger_gpu_counts(n: int, gpus_per_node: int, steps: int = 6) -> list[int]:
+    """Doublings of n that --gpus accepts: within one node any count, beyond it whole nodes (a
+    part of a node steps to the full node: 5 GPUs on 8-GPU nodes -> 8, 16, 32, ...)."""
+    out = []
+    for _ in range(steps):
+        nxt = 2 * n
+        n = gpus_per_node if n < gpus_per_node < nxt else nxt
+        out.append(n)
+    return out
 
 
 def _fits_somewhere(batch: Batch) -> bool:

@@ -84,14 +84,16 @@ def _reference_line(plan, model, cluster, training, output) -> str:
     est = cost_estimate(model, cluster, training, plan, output.batch.params)
     best = output.results.plans[0].estimate.step_seconds
     gap = est.step_seconds / best - 1
+    if not est.feasible:  # no rank among the plans that fit, and no gap it could claim over them
+        return (f"reference {est.plan}: does NOT fit: " + "; ".join(est.reasons)
+                + f" (if it did: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best)")
     rank = ""
     extra = output.ranking.extra
     if "all_objective" in extra:
         values, ok = extra["all_objective"], extra["all_feasible"]
         better = int((values[ok] < est.step_seconds * (1 - 1e-12)).sum())
         rank = f", plan {better + 1:,} of {int(ok.sum()):,} that fit"
-    fit = "fits" if est.feasible else "does NOT fit: " + "; ".join(est.reasons)
-    return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; {fit}"
+    return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; fits"
 
 
 def _run_length(values: list[int]) -> str:

@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
 from autopar.limits import MAX_GPUS
@@ -172,6 +172,7 @@ class ClusterSpec(_Strict):
     mtbf_hours_per_gpu: float = Field(50_000.0, gt=0, description="Mean time between failures of one GPU (with its share of node), hours")
     calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
+    _physical_gpus_per_node: int | None = PrivateAttr(None)  # set by with_gpus when it takes part of a node
     # -- fleet-level fields for `autopar plan` (goodput, checkpoints, energy) --
     mtbf_hours_per_node: float | None = Field(
         None, gt=0, description="Mean time between failures of one node's non-GPU parts (host, NICs, PSUs), hours; null = included in mtbf_hours_per_gpu")
@@ -229,6 +230,24 @@ class ClusterSpec(_Strict):
         nodes = max([self.num_nodes] + [t.num_nodes for t in self.tiers])
         return nodes * self.gpus_per_node
 
+    @property
+    def physical_gpus_per_node(self) -> int:
+        """The node's GPUs before with_gpus took part of one (gpus_per_node is then the part)."""
+        return self._physical_gpus_per_node or self.gpus_per_node
+
+    def _part_of_node(self, gpus_per_node: int, num_nodes: int) -> "ClusterSpec":
+        part = self.model_copy(update={"gpus_per_node": gpus_per_node, "num_nodes": num_nodes})
+        part._physical_gpus_per_node = self.physical_gpus_per_node
+        return part
+
+    def whole_nodes(self) -> "ClusterSpec":
+        """The cluster with its physical node again (the one to resize for another GPU count)."""
+        if self._physical_gpus_per_node is None:
+            return self
+        whole = self.model_copy(update={"gpus_per_node": self._physical_gpus_per_node, "num_nodes": 1})
+        whole._physical_gpus_per_node = None
+        return whole
+
     def with_gpus(self, num_gpus: int, beyond_fabric: bool = True) -> "ClusterSpec":
         """The same cluster resized to num_gpus (whole nodes, or a part of one node). With
         beyond_fabric=False a count the fabric does not describe is refused (the CLI's default;
@@ -242,13 +261,13 @@ class ClusterSpec(_Strict):
             raise InputError("gpus", num_gpus, f"cluster {self.name} describes a fabric of {self.fabric_num_gpus:,} GPUs ({top}); "
                              "pass --extrapolate-fabric to assume its top tier repeats")
         if num_gpus <= self.gpus_per_node:
-            return self.model_copy(update={"num_nodes": 1, "gpus_per_node": num_gpus})
+            return self._part_of_node(num_gpus, 1)
         if num_gpus % self.gpus_per_node:
             if self.gpus_per_node > 8:
                 # rack-scale NVLink domains (NVL72) are used partially: the job's domain is the
                 # largest divisor of its GPU count that fits in one rack (256 GPUs -> 4 x 64)
                 domain = max(d for d in range(1, self.gpus_per_node + 1) if num_gpus % d == 0)
-                return self.model_copy(update={"gpus_per_node": domain, "num_nodes": num_gpus // domain})
+                return self._part_of_node(domain, num_gpus // domain)
             raise InputError("gpus", num_gpus, f"must be a multiple of gpus_per_node={self.gpus_per_node} (whole nodes) or at most one node")
         if self.nic_gb_per_s_per_gpu <= 0:
             raise InputError("gpus", num_gpus, f"cluster {self.name} has no scale-out network (nic_gb_per_s_per_gpu=0); at most {self.gpus_per_node} GPUs")

@@ -423,3 +423,23 @@ def test_a_hf_config_of_a_preset_gets_its_torchtitan_launcher(tmp_path):
     text = (launch / "autopar_torchtitan.py").read_text()
     assert "from torchtitan.models.llama3.config_registry import llama3_8b as _base" in text
     assert "# model:    Meta-Llama-3-8B (32 layers" in text
+
+
+def test_a_reference_that_does_not_fit_gets_no_rank_among_those_that_fit():
+    # LLaMA-3 8B, mbs 16 without ZeRO on 8 H100: weights + fp32 grads + Adam alone are 16 B x 8.03B
+    # = 128 GB per GPU; the line said "-0.3% vs best, plan 1 of 5,325 that fit; does NOT fit"
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096", "--top", "2", "--no-per-stage",
+             "--reference", "tp=1,pp=1,mbs=16,zero=0"])
+    assert r.exit_code == 0, r.output
+    line = next(l for l in r.output.splitlines() if l.startswith("reference "))
+    assert ": does NOT fit: memory: needs " in line and "that fit" not in line and "(if it did: step " in line
+
+
+@pytest.mark.parametrize("gpus", ["5", "3"])
+def test_nearest_change_names_a_gpu_count_the_cli_accepts(gpus):
+    # Mixtral-8x7B (46.7B parameters) does not fit part of one H100 node; the hint doubled the part
+    # (5 -> 10 -> 20 GPUs), a count --gpus refuses on 8-GPU nodes. One node (8) does not fit either
+    # (16 B x 46.7B / 8 = 93 GB of weights, gradients and Adam before activations), two nodes do
+    r = run(["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", gpus, "--seq-len", "4096", "--no-per-stage"])
+    assert r.exit_code == 1 and r.output.strip().endswith("nearest change: --gpus 16 fits"), r.output
+    assert run(["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--no-per-stage"]).exit_code == 0

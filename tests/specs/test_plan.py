@@ -87,3 +87,17 @@ def test_hybrid_cp_splits_heads_only_over_its_node_part():
     model = load_model("llama3-8b")
     assert plan_violations(model, cluster, training, parse_plan("tp=4,cp=4,cp_algo=hybrid")) == []
     assert plan_violations(model, cluster, training, parse_plan("tp=4,cp=4,cp_algo=ulysses"))
+
+
+@pytest.mark.parametrize("model, plan, field, message", [
+    ("mixtral-8x7b", "tp=2,pp=1,ep=1,mbs=1,ep_overlap=on", "plan.ep_overlap", "needs a MoE model and ep > 1"),
+    ("mixtral-8x7b", "tp=1,pp=1,ep=8,mbs=1,dispatcher=allgather,ep_overlap=on", "plan.ep_overlap", "needs the alltoall or deepep dispatcher"),
+    ("mixtral-8x7b", "tp=2,pp=1,ep=1,mbs=1,dispatcher=deepep", "plan.dispatcher", "needs a MoE model and ep > 1"),
+    ("llama3-8b", "tp=1,pp=1,mbs=1,dispatcher=deepep", "plan.dispatcher", "needs a MoE model and ep > 1"),
+])
+def test_a_given_plan_breaks_the_ep_rules_search_refuses_for_fix(model, plan, field, message):
+    # estimate costed ep_overlap with ep=1 (ep_comm 0.297 -> 0.095 s on Mixtral-8x22B) where
+    # `search --fix ep=1,ep_overlap=on` refuses it: one rule set for both
+    cluster, training = load_cluster("dgx-h100"), TrainingSpec(seq_len=4096, global_batch_size=64)
+    broken = plan_violations(load_model(model), cluster, training, parse_plan(plan))
+    assert [(f, rule) for f, _, rule in broken if message in rule] and {f for f, _, _ in broken} == {field}, broken
