@@ -18,7 +18,8 @@ from autopar.emit.common import (
     rendezvous_block,
 )
 from autopar.emit.megatron import (
-    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, full_recompute_layers, hierarchical_cp_sizes, needs_max_connections_1,
+    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_exports, full_recompute_layers, hierarchical_cp_sizes, megatron_env,
+    uses_megatron_fsdp,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
 from autopar.emit.presets import preset_of, refuse
@@ -315,13 +316,20 @@ TP_COMM_OVERLAP = {job.plan.tp > 1 and job.plan.tp_comm_overlap!r}
 EP_COMM_OVERLAP = {job.plan.ep > 1 and job.plan.ep_overlap!r}
 
 
+def declares(target, name):
+    """A dataclass field of target, or of its nested transformer config (Bridge's GPT model config
+    keeps TransformerConfig's fields there and forwards assignments to it)."""
+    owners = [target, getattr(target, "transformer", None)]
+    return any(name in getattr(type(o), "__dataclass_fields__", {{}}) for o in owners if o is not None)
+
+
 def apply_overrides(cfg, overrides):
     for path, value in overrides.items():
         *parents, name = path.split(".")
         target = cfg
         for part in parents:
             target = getattr(target, part)
-        if name not in {{f for f in getattr(type(target), "__dataclass_fields__", {{}})}}:
+        if not declares(target, name):
             raise AttributeError(f"{{type(target).__name__}} has no field {{name!r}}: this Megatron-Bridge does not match the plan")
         setattr(target, name, value)
     return cfg
@@ -332,6 +340,9 @@ def autopar_config():
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
     precision.fp8_param_gather = FP8_PARAM_GATHER{fp4_gather}
+    # MXFP8 recipes reuse the gradient buffer for the weight gathers, which Megatron Core allows only
+    # with them (distributed_data_parallel_config.py: 'Reuse grad buffer only when keeping params in MXFP8.')
+    precision.reuse_grad_buf_for_mxfp8_param_ag = getattr(precision, "reuse_grad_buf_for_mxfp8_param_ag", False) and FP8_PARAM_GATHER
     cfg.mixed_precision = precision
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg
@@ -346,7 +357,10 @@ if __name__ == "__main__":
 
 
 def render_launcher(job: EmitJob) -> str:
-    env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 before Blackwell (Megatron Core)\n" if needs_max_connections_1(job) else ""
+    lines = env_exports(megatron_env(job))  # what Megatron Core under Bridge needs, as for the Megatron-LM launcher
+    if uses_megatron_fsdp(job.plan):
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP: Bridge training/config.py asserts it is not 1")
+    env = "".join(line + "\n" for line in lines)
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK)).rstrip()}
 set -euo pipefail

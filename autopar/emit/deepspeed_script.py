@@ -24,11 +24,53 @@ def partition_bounds(job: EmitJob) -> list[int]:
     return bounds
 
 
+_PIPELINE_MODULE = '''def pipeline_module(layer_specs, loss_fn=None, **kwargs):
+    """A PipelineModule split as the plan says (DeepSpeed's 'uniform'/'parameters' methods would not)."""
+    from deepspeed.pipe import PipelineModule
+
+    class PlanPipelineModule(PipelineModule):
+        def _partition_layers(self, method="uniform"):
+            if len(self._layer_specs) != PARTS[-1]:
+                raise ValueError(f"the plan partitions {PARTS[-1]} layer specs, the model has {len(self._layer_specs)}")
+            self.parts = list(PARTS)
+            stage_id = self._topo.get_coord(self.global_rank).pipe
+            self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
+
+    return PlanPipelineModule(layers=layer_specs, num_stages=PIPELINE_STAGES, loss_fn=loss_fn,
+                              activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL, **kwargs)
+'''
+# without pipeline stages the recompute a PipelineModule would apply (activation_checkpoint_interval)
+# is the training script's: each decoder layer's forward runs again in backward
+_CHECKPOINTED = '''def checkpointed(layer):
+    """The decoder layer, its forward recomputed in backward when the plan recomputes (full)."""
+    if not ACTIVATION_CHECKPOINT_INTERVAL:
+        return layer
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    forward = layer.forward
+
+    @functools.wraps(forward)
+    def recomputed(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    layer.forward = recomputed
+    return layer
+'''
+
+
 def render_helper(job: EmitJob) -> str:
     plan = job.plan
-    notes = ["Import from the training script: build the model with pipeline_module(specs, loss_fn) (specs = "
-             "[embedding, one LayerSpec per decoder layer, head]) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
+    if plan.pp > 1:
+        notes = ["Import from the training script: build the model with pipeline_module(specs, loss_fn) (specs = "
+                 "[embedding, one LayerSpec per decoder layer, head]) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
+    else:  # a PipelineModule even of one stage refuses ZeRO-2/3 and an mpu (runtime/pipe/engine.py, deepspeed/__init__.py)
+        notes = ["Import from the training script: build the model as a plain torch module (not a PipelineModule: with one "
+                 "stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), wrap each decoder layer with checkpointed(layer), "
+                 "and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
     interval = 1 if plan.recompute == Recompute.full else 0
+    model_builder = _PIPELINE_MODULE if plan.pp > 1 else _CHECKPOINTED
     return f'''{comment_block(header_lines(job, "deepspeed", notes)).rstrip()}
 """The plan's pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
 
@@ -48,21 +90,7 @@ def check_world_size():
         raise SystemExit(f"this plan needs {{NUM_GPUS}} GPUs; WORLD_SIZE={{world}}")
 
 
-def pipeline_module(layer_specs, loss_fn=None, **kwargs):
-    """A PipelineModule split as the plan says (DeepSpeed's 'uniform'/'parameters' methods would not)."""
-    from deepspeed.pipe import PipelineModule
-
-    class PlanPipelineModule(PipelineModule):
-        def _partition_layers(self, method="uniform"):
-            if len(self._layer_specs) != PARTS[-1]:
-                raise ValueError(f"the plan partitions {{PARTS[-1]}} layer specs, the model has {{len(self._layer_specs)}}")
-            self.parts = list(PARTS)
-            stage_id = self._topo.get_coord(self.global_rank).pipe
-            self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
-
-    return PlanPipelineModule(layers=layer_specs, num_stages=PIPELINE_STAGES, loss_fn=loss_fn,
-                              activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL, **kwargs)
-
+{model_builder}
 
 def sequence_parallel_mpu():
     """DeepSpeed's Ulysses groups (consecutive ranks); None without sequence parallelism."""

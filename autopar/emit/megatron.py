@@ -233,8 +233,22 @@ def megatron_argv(job: EmitJob) -> list[str]:
     return [tok for _, groups in megatron_sections(job) for group in groups for tok in group]
 
 
+# what each exported variable is for (the launcher's comment beside it)
+ENV_REASONS = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "tp or cp > 1 on compute capability < 10 (Megatron validate_args)",
+    "NVTE_CPU_OFFLOAD_V1": "fine-grained activation offloading with Transformer Engine >= 2.10 (Megatron validate_args asserts it)",
+}
+
+
 def megatron_env(job: EmitJob) -> dict[str, str]:
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if needs_max_connections_1(job) else {}
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if needs_max_connections_1(job) else {}
+    if job.plan.offload_modules and not job.plan.offload_num_layers:  # offload_flags: fine-grained offloading
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
+    return env
+
+
+def env_exports(env: dict[str, str]) -> list[str]:
+    return [f"export {k}={v}  # {ENV_REASONS[k]}" for k, v in env.items()]
 
 
 def check_megatron(job: EmitJob) -> Rules:
@@ -298,7 +312,7 @@ def render_script(job: EmitJob) -> str:
     notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
              "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size."]
     env = megatron_env(job)
-    env_lines = [f"export {k}={v}  # tp or cp > 1 on compute capability < 10 (Megatron validate_args)" for k, v in env.items()]
+    env_lines = env_exports(env)
     if uses_megatron_fsdp(job.plan):
         env_lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1")
     return f"""#!/usr/bin/env bash

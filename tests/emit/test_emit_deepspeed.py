@@ -82,6 +82,21 @@ def test_helper_carries_the_plans_partition():
     assert helper.name == "autopar_deepspeed.py" and f"PARTS = {bounds!r}" in helper.text
 
 
+def test_helper_without_pipeline_stages_builds_no_pipeline_module():
+    # DeepSpeed refuses a PipelineModule, even of one stage, with ZeRO-2/3 ('ZeRO-2 and ZeRO-3 are
+    # incompatible with pipeline parallelism', runtime/pipe/engine.py, checked whatever the stage
+    # count) and with an mpu (deepspeed/__init__.py); the pp=1 helper told users to build one
+    job = make_job(*GOOD["zero3_full"])
+    helper = emit_deepspeed(job)[1].text
+    assert "def pipeline_module(" not in helper and "def checkpointed(layer):" in helper
+    assert "not a PipelineModule" in helper and "use_reentrant=False" in helper
+    namespace: dict = {}
+    exec(compile(helper, "autopar_deepspeed.py", "exec"), namespace)
+    assert namespace["ACTIVATION_CHECKPOINT_INTERVAL"] == 1  # recompute=full: each layer is wrapped
+    piped = emit_deepspeed(make_job(*GOOD["zero0_pp_uneven"]))[1].text
+    assert "def pipeline_module(" in piped and "def checkpointed(" not in piped
+
+
 REFUSED = [
     ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=2,recompute=full,recompute_num_layers=16", "bf16",
      "activation_checkpoint_interval recomputes every layer"),

@@ -30,7 +30,6 @@ ROUND_TRIPS = {
     # Megatron-LM docs/user-guide/features/fine_grained_activation_offloading.md: --offload-modules with fine-grained recompute
     "offload_modules": ("mixtral-8x7b", "dgx-h100", 64, 4096, 256,
                         "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,recompute_modules=layernorm+moe_act,offload_modules=expert_fc1+moe_act"),
-    "offload_layer_input": ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1,recompute=full,offload_modules=layer_input"),
     # layer-level CPU offloading: Megatron-LM arguments.py turns cpu_offloading on with --cpu-offloading-num-layers > 0
     "offload_num_layers": ("llama3-8b", "dgx-h100", 8, 4096, 32, "tp=2,zero=1,offload_num_layers=8"),
 }
@@ -142,6 +141,9 @@ BAD_PLANS = [
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,recompute=full,vpp=2,ep_overlap=on", "excludes full recompute"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,ep_overlap=on", "needs virtual pipeline stages"),
     ("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=1,pp=2,ep=8,vpp=2,dispatcher=allgather,ep_overlap=on", "alltoall or flex dispatcher"),
+    # TransformerConfig.__post_init__ (d98e8a6): 'Invalid choices for offload_modules' -- autopar's
+    # layer_input (the checkpointed layer input) is not a Megatron module
+    ("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1,recompute=full,offload_modules=layer_input", "offload modules in {"),
 ]
 
 
@@ -183,13 +185,24 @@ BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", 
     (["--cpu-offloading-num-layers", "4", "--recompute-granularity", "selective"], None,
      "CPU offloading does not work with activation recomputation"),
     (["--cpu-offloading-num-layers", "32"], None, "--cpu-offloading-num-layers below the model's layers"),
-    # Megatron-LM fine_grained_activation_offloading.md: the module list goes with the switch; layer_input only under full recompute
+    # Megatron-LM fine_grained_activation_offloading.md: the module list goes with the switch; TransformerConfig: known modules only
     (["--offload-modules", "core_attn"], None, "--offload-modules goes with --fine-grained-activation-offloading"),
     (["--fine-grained-activation-offloading", "--offload-modules", "experts"], None, "offload modules in {"),
-    (["--fine-grained-activation-offloading", "--offload-modules", "layer_input"], None, "offload module layer_input needs full recompute"),
+    (["--fine-grained-activation-offloading", "--offload-modules", "layer_input"], None, "offload modules in {"),
 ])
 def test_validator_rules_on_arguments(extra, env, rule):
     assert any(rule in found for found in _check(BASE + extra, env=env))
+
+
+def test_fine_grained_offloading_exports_what_transformer_engine_needs():
+    # Megatron-LM arguments.py validate_args: with TE >= 2.10, fine-grained activation offloading
+    # asserts NVTE_CPU_OFFLOAD_V1=1; Bridge runs the same Megatron Core
+    from autopar.emit.bridge import render_launcher
+
+    job = make_job(*ROUND_TRIPS["offload_modules"])
+    assert "\nexport NVTE_CPU_OFFLOAD_V1=1  # fine-grained activation offloading" in script_of(job)
+    assert "\nexport NVTE_CPU_OFFLOAD_V1=1  # fine-grained activation offloading" in render_launcher(job)
+    assert "NVTE_CPU_OFFLOAD_V1" not in script_of(make_job(*ROUND_TRIPS["offload_num_layers"]))
 
 
 def test_valid_arguments_pass_and_blackwell_needs_no_env():

@@ -127,6 +127,47 @@ def test_bridge_artefacts_parse(case, tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
+def _script_functions(source: str) -> dict:
+    """The emitted script's declares / apply_overrides, run without Megatron-Bridge installed."""
+    start, end = source.index("def declares("), source.index("def autopar_config(")
+    namespace: dict = {}
+    exec(source[start:end], namespace)
+    return namespace
+
+
+def test_bridge_overrides_reach_fields_of_the_nested_transformer_config():
+    # Megatron-Bridge 067f987 (models/gpt/model_config.py): BridgeGPTModelConfig keeps the parallel
+    # and shape fields on its nested `transformer` config and forwards assignments there; the guard
+    # looked at the outer dataclass only, so every emitted script stopped with AttributeError
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Transformer:
+        tensor_model_parallel_size: int = 1
+
+    @dataclass
+    class Model:
+        transformer: Transformer = field(default_factory=Transformer)
+        seq_length: int = 2048
+
+        def __setattr__(self, name, value):  # Bridge's forwarding, reduced
+            if name in ("transformer", "seq_length"):
+                object.__setattr__(self, name, value)
+            else:
+                setattr(self.transformer, name, value)
+
+    @dataclass
+    class Config:
+        model: Model = field(default_factory=Model)
+
+    job = make_job(*GOLDEN_CASES[BRIDGE_CASES[0]])
+    fns = _script_functions(files(emit_bridge(job))["pretrain_megatron_bridge.py"])
+    cfg = fns["apply_overrides"](Config(), {"model.tensor_model_parallel_size": 8, "model.seq_length": 8192})
+    assert (cfg.model.transformer.tensor_model_parallel_size, cfg.model.seq_length) == (8, 8192)
+    with pytest.raises(AttributeError, match="has no field 'tensor_model_paralel_size'"):  # a typo is still refused
+        fns["apply_overrides"](Config(), {"model.tensor_model_paralel_size": 8})
+
+
 def test_bridge_sets_the_recipe_defaults_that_change_the_plan():
     """DeepSeek-V3 recipe: its layout, MTP and flex dispatcher are replaced by the plan's; the
     precision recipe's grad_reduce_in_fp32 is set from the plan (bf16_mixed defaults to True)."""

@@ -6,7 +6,7 @@
 # layout:   dp=8, 16 micro-batches per step, stage layers [32]
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # WARNING: predicted for the megatron stack; this launcher runs deepspeed: `autopar estimate --stack deepspeed` costs the plan as it runs here
-# note: Import from the training script: build the model with pipeline_module(specs, loss_fn) (specs = [embedding, one LayerSpec per decoder layer, head]) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize.
+# note: Import from the training script: build the model as a plain torch module (not a PipelineModule: with one stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), wrap each decoder layer with checkpointed(layer), and pass mpu=sequence_parallel_mpu() to deepspeed.initialize.
 """The plan's pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
 
 import os
@@ -25,20 +25,22 @@ def check_world_size():
         raise SystemExit(f"this plan needs {NUM_GPUS} GPUs; WORLD_SIZE={world}")
 
 
-def pipeline_module(layer_specs, loss_fn=None, **kwargs):
-    """A PipelineModule split as the plan says (DeepSpeed's 'uniform'/'parameters' methods would not)."""
-    from deepspeed.pipe import PipelineModule
+def checkpointed(layer):
+    """The decoder layer, its forward recomputed in backward when the plan recomputes (full)."""
+    if not ACTIVATION_CHECKPOINT_INTERVAL:
+        return layer
+    import functools
 
-    class PlanPipelineModule(PipelineModule):
-        def _partition_layers(self, method="uniform"):
-            if len(self._layer_specs) != PARTS[-1]:
-                raise ValueError(f"the plan partitions {PARTS[-1]} layer specs, the model has {len(self._layer_specs)}")
-            self.parts = list(PARTS)
-            stage_id = self._topo.get_coord(self.global_rank).pipe
-            self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
+    from torch.utils.checkpoint import checkpoint
 
-    return PlanPipelineModule(layers=layer_specs, num_stages=PIPELINE_STAGES, loss_fn=loss_fn,
-                              activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL, **kwargs)
+    forward = layer.forward
+
+    @functools.wraps(forward)
+    def recomputed(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    layer.forward = recomputed
+    return layer
 
 
 def sequence_parallel_mpu():

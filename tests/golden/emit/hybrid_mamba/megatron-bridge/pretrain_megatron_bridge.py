@@ -77,13 +77,20 @@ TP_COMM_OVERLAP = True
 EP_COMM_OVERLAP = False
 
 
+def declares(target, name):
+    """A dataclass field of target, or of its nested transformer config (Bridge's GPT model config
+    keeps TransformerConfig's fields there and forwards assignments to it)."""
+    owners = [target, getattr(target, "transformer", None)]
+    return any(name in getattr(type(o), "__dataclass_fields__", {}) for o in owners if o is not None)
+
+
 def apply_overrides(cfg, overrides):
     for path, value in overrides.items():
         *parents, name = path.split(".")
         target = cfg
         for part in parents:
             target = getattr(target, part)
-        if name not in {f for f in getattr(type(target), "__dataclass_fields__", {})}:
+        if not declares(target, name):
             raise AttributeError(f"{type(target).__name__} has no field {name!r}: this Megatron-Bridge does not match the plan")
         setattr(target, name, value)
     return cfg
@@ -94,6 +101,9 @@ def autopar_config():
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
     precision.fp8_param_gather = FP8_PARAM_GATHER
+    # MXFP8 recipes reuse the gradient buffer for the weight gathers, which Megatron Core allows only
+    # with them (distributed_data_parallel_config.py: 'Reuse grad buffer only when keeping params in MXFP8.')
+    precision.reuse_grad_buf_for_mxfp8_param_ag = getattr(precision, "reuse_grad_buf_for_mxfp8_param_ag", False) and FP8_PARAM_GATHER
     cfg.mixed_precision = precision
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
     return cfg

@@ -17,7 +17,7 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne 2048 ]; then
   echo "this plan needs 2048 GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
   exit 1
 fi
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 before Blackwell (Megatron Core)
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 on compute capability < 10 (Megatron validate_args)
 
 exec python -m torch.distributed.run --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "$HERE/pretrain_megatron_bridge.py" "$@"
