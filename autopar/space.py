@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from autopar.cost.rules import OVERLAP_DISPATCHERS_RULE, legal_mask
-from autopar.cost.table import CP_ALGO, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
+from autopar.cost.table import ALLTOALL, CP_ALGO, DEEPEP, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
 from autopar.errors import InputError, NoCandidate
 from autopar.fix import FIXABLE
 from autopar.specs.hardware import ClusterSpec
@@ -21,7 +21,6 @@ from autopar.specs.training import TrainingSpec
 
 MAX_MICRO_BATCH = 16  # larger micro-batches only add activation memory once GEMMs saturate
 MAX_VPP = 16  # virtual stages per rank the search offers (published layouts use 2-8; any vpp can be given)
-ALLTOALL, DEEPEP = DISPATCHER.index(Dispatcher.alltoall), DISPATCHER.index(Dispatcher.deepep)
 
 
 def divisors(n: int) -> list[int]:

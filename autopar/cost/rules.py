@@ -11,10 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.cost.table import CP_ALGO, DISPATCHER, PlanTable, SCHEDULE, has_module, layout_groups
+from autopar.cost.table import ALLGATHER, ALLTOALL, CP_ALGO, PlanTable, SCHEDULE, has_module, layout_groups
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
-from autopar.specs.plan import CpAlgo, Dispatcher, Plan, RecomputeModule, Schedule
+from autopar.specs.plan import CpAlgo, Plan, RecomputeModule, Schedule
 from autopar.specs.training import TrainingSpec
 from autopar.errors import InputError
 
@@ -22,7 +22,6 @@ from autopar.errors import InputError
 OVERLAP_DISPATCHERS_RULE = ("overlaps the expert-parallel AllToAll: needs the alltoall or deepep dispatcher (Megatron-Core "
                             "TransformerConfig: 'overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher'; "
                             "DeepSpeed and torchtitan do not overlap it)")
-ALLGATHER_DISPATCH, ALLTOALL_DISPATCH = DISPATCHER.index(Dispatcher.allgather), DISPATCHER.index(Dispatcher.alltoall)
 
 ULYSSES = CP_ALGO.index(CpAlgo.ulysses)
 HYBRID = CP_ALGO.index(CpAlgo.hybrid)
@@ -130,11 +129,11 @@ RULES: list[Rule] = [
     Rule("plan.ep", "ep", lambda m, c, tr, t: m.is_moe & ((t.dp * t.cp * t.tp) % (t.ep * t.etp) != 0),
          lambda m, tr, r: f"ep*etp={r['ep'] * r['etp']} must divide dp*cp*tp={r['dp'] * r['cp'] * r['tp']} (experts borrow data-parallel ranks)"),
     # what search's check_fixed refuses for a --fix, refused for a given plan too (estimate, --reference)
-    Rule("plan.dispatcher", "dispatcher", lambda m, c, tr, t: (t.dispatcher != ALLTOALL_DISPATCH) & ((not m.is_moe) | (t.ep == 1)),
+    Rule("plan.dispatcher", "dispatcher", lambda m, c, tr, t: (t.dispatcher != ALLTOALL) & ((not m.is_moe) | (t.ep == 1)),
          lambda m, tr, r: "dispatches tokens across expert-parallel ranks: needs a MoE model and ep > 1"),
     Rule("plan.ep_overlap", "ep_overlap", lambda m, c, tr, t: (t.ep_overlap == 1) & ((not m.is_moe) | (t.ep == 1)),
          lambda m, tr, r: "overlaps expert-parallel communication: needs a MoE model and ep > 1"),
-    Rule("plan.ep_overlap", "ep_overlap", lambda m, c, tr, t: (t.ep_overlap == 1) & (t.dispatcher == ALLGATHER_DISPATCH),
+    Rule("plan.ep_overlap", "ep_overlap", lambda m, c, tr, t: (t.ep_overlap == 1) & (t.dispatcher == ALLGATHER),
          lambda m, tr, r: OVERLAP_DISPATCHERS_RULE + ", not allgather"),
     Rule("plan.etp", "etp", lambda m, c, tr, t: m.is_moe & ((m.moe_ffn_hidden_size or 1) % t.etp != 0),
          lambda m, tr, r: f"must divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}"),

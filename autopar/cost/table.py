@@ -22,6 +22,7 @@ CP_ALGO = list(CpAlgo)
 ORDER = list(RankOrder)
 GRAD_SYNC = list(GradSync)
 DISPATCHER = list(Dispatcher)
+ALLTOALL, ALLGATHER, DEEPEP = (DISPATCHER.index(d) for d in (Dispatcher.alltoall, Dispatcher.allgather, Dispatcher.deepep))
 RECOMPUTE_MODULES = list(RecomputeModule)
 OFFLOAD_MODULES = list(OffloadModule)
 NONE = -1  # sentinel for optional integer columns

@@ -18,8 +18,7 @@ from autopar.emit.common import (
     rendezvous_block,
 )
 from autopar.emit.megatron import (
-    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_exports, full_recompute_layers, hierarchical_cp_sizes, megatron_env,
-    uses_megatron_fsdp,
+    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, full_recompute_layers, hierarchical_cp_sizes,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
 from autopar.emit.presets import preset_of, refuse
@@ -357,10 +356,7 @@ if __name__ == "__main__":
 
 
 def render_launcher(job: EmitJob) -> str:
-    lines = env_exports(megatron_env(job))  # what Megatron Core under Bridge needs, as for the Megatron-LM launcher
-    if uses_megatron_fsdp(job.plan):
-        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP: Bridge training/config.py asserts it is not 1")
-    env = "".join(line + "\n" for line in lines)
+    env = "".join(line + "\n" for line in env_lines(job))  # Megatron Core under Bridge needs what the Megatron-LM launcher exports
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK)).rstrip()}
 set -euo pipefail

@@ -247,8 +247,13 @@ def megatron_env(job: EmitJob) -> dict[str, str]:
     return env
 
 
-def env_exports(env: dict[str, str]) -> list[str]:
-    return [f"export {k}={v}  # {ENV_REASONS[k]}" for k, v in env.items()]
+def env_lines(job: EmitJob) -> list[str]:
+    """The launcher's exports (megatron_env), and Megatron-FSDP's unset: Megatron-LM validate_args
+    and Bridge training/config.py assert CUDA_DEVICE_MAX_CONNECTIONS is not 1."""
+    lines = [f"export {k}={v}  # {ENV_REASONS[k]}" for k, v in megatron_env(job).items()]
+    if uses_megatron_fsdp(job.plan):
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1")
+    return lines
 
 
 def check_megatron(job: EmitJob) -> Rules:
@@ -311,17 +316,14 @@ def render_script(job: EmitJob) -> str:
     m = job.model
     notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
              "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size."]
-    env = megatron_env(job)
-    env_lines = env_exports(env)
-    if uses_megatron_fsdp(job.plan):
-        env_lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1")
+    exports = env_lines(job)
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 set -euo pipefail
 
 MEGATRON_LM=${{MEGATRON_LM:-/opt/megatron-lm}}
 {rendezvous_block(job)}
-{chr(10).join(env_lines)}
+{chr(10).join(exports)}
 
 MEGATRON_ARGS=(
 {_render_sections(megatron_sections(job))}

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from argparse import Namespace
 
+from autopar.emit.common import Rules
+from autopar.emit.megatron_parse import layout_stage_layers, parse_megatron_argv
+from autopar.specs.plan import OffloadModule
+
 # TransformerConfig.__post_init__ (Megatron-LM d98e8a6 and later): 'Invalid choices for offload_modules'
 # unless each is one of these; autopar's layer_input (the checkpointed layer input) is not among them
 MEGATRON_OFFLOAD_MODULES = frozenset({"core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "moe_act", "attn_norm", "mlp_norm",
                                       "qkv_linear", "gdp_qkv"})
-
-from autopar.emit.common import Rules
-from autopar.emit.megatron_parse import layout_stage_layers, parse_megatron_argv
-from autopar.specs.plan import OffloadModule
 
 
 def validate_megatron(argv: list[str], world_size: int, env: dict[str, str], compute_capability: float, rules: Rules) -> Rules:

@@ -17,7 +17,7 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne 64 ]; then
   echo "this plan needs 64 GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
   exit 1
 fi
-unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP: Bridge training/config.py asserts it is not 1
+unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1
 
 exec python -m torch.distributed.run --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "$HERE/pretrain_megatron_bridge.py" "$@"
