@@ -18,11 +18,10 @@ from autopar.emit.common import (
     rendezvous_block,
 )
 from autopar.emit.megatron import (
-    CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, full_recompute_layers, hierarchical_cp_sizes,
+    CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, full_recompute_layers, hierarchical_cp_sizes,
 )
-from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern
+from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern, load_balancing_type
 from autopar.emit.presets import preset_of, refuse
-from autopar.specs.model import RouterBalance
 from autopar.specs.plan import CpAlgo, RankOrder, Recompute
 from autopar.specs.training import Precision
 
@@ -35,6 +34,10 @@ RECIPES = {
     "llama3-70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
     "llama3-405b": ("megatron.bridge.recipes.llama", "llama31_405b_pretrain_config"),
     "deepseek-v3": ("megatron.bridge.recipes.deepseek", "deepseek_v3_pretrain_config"),
+    # Qwen3-MoE: AutoBridge providers from the hub config (recipes/qwen/h100/qwen3_moe.py, 067f987 and
+    # 0.6.2); for 30B-A3B the 8-GPU recipe, as the generic alias (the 16-GPU one) turns on TE CUDA graphs
+    "qwen3-30b-a3b": ("megatron.bridge.recipes.qwen.h100.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config"),
+    "qwen3-235b-a22b": ("megatron.bridge.recipes.qwen", "qwen3_235b_a22b_pretrain_config"),
     # hybrid Mamba-2 models: HybridModelProvider recipes (megatron/bridge/recipes/nemotronh/__init__.py)
     "nemotron-h-8b": ("megatron.bridge.recipes.nemotronh", "nemotronh_8b_pretrain_config"),
     "nemotron-h-56b": ("megatron.bridge.recipes.nemotronh", "nemotronh_56b_pretrain_config"),
@@ -145,8 +148,14 @@ def _model_overrides(job: EmitJob) -> dict:
                   "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
                   "model.moe_token_dispatcher_type": DISPATCHER[plan.dispatcher],
                   "model.overlap_moe_expert_parallel_comm": plan.ep_overlap, "model.moe_latent_size": m.moe_latent_size})
-        if m.moe_router_balance == RouterBalance.global_batch:  # Qwen3: the balance loss over the global batch
-            o["model.moe_router_load_balancing_type"] = "global_aux_loss"
+        # the balance loss as Megatron-LM's launcher sets it (megatron_model.load_balancing_type): Qwen3
+        # over the global batch, DeepSeek per sequence; the recipe's own weight is the HF file's or
+        # none (Bridge's Qwen3-MoE provider: aux_loss, 1e-3; Mixtral: router_aux_loss_coef)
+        balance = load_balancing_type(m)
+        if balance is not None:
+            o["model.moe_router_load_balancing_type"] = balance
+        if m.moe_aux_loss_coeff is not None:
+            o["model.moe_aux_loss_coeff"] = m.moe_aux_loss_coeff
         if m.hybrid_layer_pattern is None:  # a hybrid pattern's E letters are its MoE layers
             o["model.moe_layer_freq"] = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
         if DISPATCHER[plan.dispatcher] == "flex":
@@ -272,8 +281,8 @@ def check_bridge(job: EmitJob) -> tuple[Rules, dict | None]:
         return rules, None
     o = bridge_overrides(job)
     validate_bridge(o, job.num_gpus, rules)
-    for v in check_megatron(job).found:  # delegated to Megatron Core
-        if v not in rules.found and v.rule != "pretraining only":
+    for v in check_megatron(job).found:  # delegated to Megatron Core; the recipe's provider sets what flags cannot
+        if v not in rules.found and v.rule != "pretraining only" and v.rule not in CLI_ONLY_RULES:
             rules.found.append(v)
     return rules, o
 

@@ -20,7 +20,9 @@ from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
     Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
-from autopar.emit.megatron_model import max_position_embeddings, mla_flags, model_flags, moe_flags
+from autopar.emit.megatron_model import (
+    GATED_FLAGS, MLA_YARN_FIXED, max_position_embeddings, mla_flags, mla_yarn_unexpressed, model_flags, moe_flags,
+)
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.training import Fp8Recipe, Precision
@@ -256,6 +258,39 @@ def env_lines(job: EmitJob) -> list[str]:
     return lines
 
 
+# rules about what pretrain_gpt.py's flags cannot set on TransformerConfig; Megatron-Bridge builds
+# the model from its recipe's provider (fields, not flags), so it does not take them over
+SINKS_RULE = "the model's softmax and GLU have pretrain_gpt.py flags"
+GATED_RULE = "a gated MLP is SwiGLU (--swiglu) or quick GeGLU (--quick-geglu)"
+MLA_ROPE_RULE = "MLA's RoPE is plain or YaRN with the flags' reach"
+CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, MLA_ROPE_RULE}
+
+
+def _model_checks(job: EmitJob, rules: Rules) -> None:
+    """The model's features Megatron-LM's command line cannot build (CLI_ONLY_RULES)."""
+    m = job.model
+    rules.check(not (m.attention_sinks or m.swiglu_limit), SINKS_RULE,
+                f"{m.name} has attention sinks and a clamped GLU (gpt-oss): TransformerConfig softmax_type 'learnable', "
+                "activation_func_clamp_value and glu_linear_offset have no command-line flags in Megatron-LM "
+                "(Megatron-Bridge's GPT-OSS model provider sets them); without them the run trains a different network",
+                "megatron/core/transformer/transformer_config.py softmax_type, glu_linear_offset, activation_func_clamp_value")
+    rules.check(not m.gated_mlp or m.activation in GATED_FLAGS, GATED_RULE,
+                f"{m.name}: activation={m.activation} (HF hidden_activation / hidden_act) with a gated MLP: Megatron-LM "
+                "builds a gated MLP only as SwiGLU (--swiglu: silu) or quick GeGLU (--quick-geglu: x sigmoid(1.702 x)); "
+                "TransformerConfig.activation_func has no flag, so the run would train another activation",
+                "megatron/training/argument_utils.py core_transformer_config_from_args (d98e8a6)")
+    scaling = m.rope_scaling
+    if m.mla is not None and scaling is not None:
+        fixed = mla_yarn_unexpressed(m)
+        given = ", ".join([f"type={scaling.type}", *(f"{k}={v:g}" for k, v in fixed.items())])
+        reach = ", ".join(f"{k} {v:g}" for k, v in MLA_YARN_FIXED.items())
+        rules.check(scaling.type == "yarn" and not fixed, MLA_ROPE_RULE,
+                    f"{m.name}: rope_scaling {given}: MLA builds its RoPE from MLATransformerConfig (rope_type rope or "
+                    f"yarn), and no Megatron-LM flag sets its YaRN {reach} (the --yarn-* flags reach non-MLA models only); "
+                    "the run would train another position encoding",
+                    "megatron/training/argument_utils.py _apply_yarn_config_from_args; transformer_config.py MLATransformerConfig (d98e8a6)")
+
+
 def check_megatron(job: EmitJob) -> Rules:
     """Plan features Megatron-LM cannot express, then its own rules on the emitted argv."""
     rules = Rules(FRAMEWORK)
@@ -270,11 +305,7 @@ def check_megatron(job: EmitJob) -> Rules:
                 "Megatron-LM's --window-size / --window-attn-skip-freq describe sliding windows only",
                 "megatron/training/arguments.py --window-size")
     m = job.model
-    rules.check(not (m.attention_sinks or m.swiglu_limit), "the model's softmax and GLU have pretrain_gpt.py flags",
-                f"{m.name} has attention sinks and a clamped GLU (gpt-oss): TransformerConfig softmax_type 'learnable', "
-                "activation_func_clamp_value and glu_linear_offset have no command-line flags in Megatron-LM "
-                "(Megatron-Bridge's GPT-OSS model provider sets them); without them the run trains a different network",
-                "megatron/core/transformer/transformer_config.py softmax_type, glu_linear_offset, activation_func_clamp_value")
+    _model_checks(job, rules)
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",

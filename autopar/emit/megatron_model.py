@@ -31,10 +31,45 @@ def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
     return model.max_position_embeddings if learned else max(model.max_position_embeddings, seq_len)
 
 
+# MLATransformerConfig's YaRN fields that no Megatron-LM flag reaches (d98e8a6
+# transformer_config.py defaults; argument_utils.py core_transformer_config_from_args copies only
+# args of the same name, and _apply_yarn_config_from_args returns early for MLA, so
+# --yarn-original-max-position-embeddings / --yarn-beta-fast / --yarn-beta-slow are ignored)
+MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def mla_yarn_unexpressed(m: ModelSpec) -> dict[str, float]:
+    """An MLA model's YaRN values Megatron-LM's command line cannot set (field -> HF value)."""
+    scaling = m.rope_scaling
+    if m.mla is None or scaling is None or scaling.type != "yarn":
+        return {}
+    given = {k: getattr(scaling, k) for k in MLA_YARN_FIXED}
+    return {k: v for k, v in given.items() if v is not None and v != MLA_YARN_FIXED[k]}
+
+
+def _mla_rope_flags(m: ModelSpec) -> list[Group]:
+    """MLA builds its own RoPE from MLATransformerConfig (multi_latent_attention.py): rope_type
+    'yarn' by default (factor 40), so a model without YaRN asks for plain RoPE, which the fused
+    MLA RoPE refuses (MLATransformerConfig.__post_init__: 'apply_rope_fusion for MLA only works
+    with YARN RoPE'). YaRN's factor and mscales are the MLA args --rotary-scaling-factor, --mscale
+    and --mscale-all-dim; the rest is MLA_YARN_FIXED (check_megatron refuses other values)."""
+    scaling = m.rope_scaling
+    if scaling is None:
+        return [["--rope-type", "rope"], ["--no-rope-fusion"]]
+    out: list[Group] = [["--rotary-scaling-factor", f"{scaling.factor:g}"]]
+    if scaling.mscale is not None:
+        out.append(["--mscale", f"{scaling.mscale:g}"])
+    if scaling.mscale_all_dim is not None:
+        out.append(["--mscale-all-dim", f"{scaling.mscale_all_dim:g}"])
+    return out
+
+
 def _rope_flags(m: ModelSpec) -> list[Group]:
     out: list[Group] = []
     if m.rope_theta is not None:
         out.append(["--rotary-base", str(int(m.rope_theta))])  # an int flag in Megatron-LM
+    if m.mla is not None:  # check_megatron refuses MLA scaling other than yarn
+        return out + _mla_rope_flags(m)
     scaling = m.rope_scaling
     if scaling is None:
         return out
@@ -57,6 +92,10 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
 
 # HF hidden_act names of squared ReLU (Nemotron-4 'squared_relu', Nemotron-H 'relu2'): Megatron --squared-relu
 SQUARED_RELU = ("squared_relu", "relu2")
+# the gated MLPs Megatron-LM d98e8a6's command line builds (argument_utils.py
+# core_transformer_config_from_args): --swiglu sets F.silu, --quick-geglu quick_gelu (x sigmoid(1.702 x));
+# TransformerConfig.activation_func and gated_linear_unit have no flag (arguments.py excludes them)
+GATED_FLAGS = {"silu": "--swiglu", "swish": "--swiglu", "swiglu": "--swiglu", "quick_gelu": "--quick-geglu"}
 
 
 def hybrid_stage_pattern(job: EmitJob) -> str:
@@ -113,11 +152,16 @@ def model_flags(job: EmitJob) -> list[Group]:
     if m.qk_layernorm:  # with MLA it builds the q and kv latent norms (gpt_layer_specs: only when qk_layernorm is set)
         out.append(["--qk-layernorm"])
     if m.gated_mlp:
-        out.append(["--swiglu"])
+        if m.activation in GATED_FLAGS:  # check_megatron refuses the other gated activations
+            out.append([GATED_FLAGS[m.activation]])
     elif m.activation in SQUARED_RELU:
         out.append(["--squared-relu"])
     if m.position_embedding == "rope":
-        out.append(["--position-embedding-type", "rope"])
+        # GPTModel builds YarnRotaryEmbedding only for position_embedding_type 'yarn', and
+        # argument_utils.py _apply_yarn_config_from_args reads the --yarn-* flags only then
+        # (d98e8a6); MLA builds its own RoPE whatever this says (_mla_rope_flags)
+        yarn = m.mla is None and m.rope_scaling is not None and m.rope_scaling.type == "yarn"
+        out.append(["--position-embedding-type", "yarn" if yarn else "rope"])
         if m.rotary_percent < 1:  # RotaryEmbedding rotates int(kv_channels * rotary_percent) dims
             out.append(["--rotary-percent", f"{m.rotary_percent:g}"])
         out += _rope_flags(m)
@@ -189,12 +233,26 @@ def _runs(pattern: list[int]) -> str:
     return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
 
 
+def load_balancing_type(m: ModelSpec) -> str | None:
+    """Megatron's moe_router_load_balancing_type for the model's balance loss, None for its default
+    aux_loss (per micro-batch): global_aux_loss for Qwen3 (the loss over the global batch),
+    seq_aux_loss for DeepSeek's per-sequence loss (Megatron-LM d98e8a6 arguments.py choices)."""
+    if m.moe_router_balance == RouterBalance.global_batch:
+        return "global_aux_loss"
+    if m.moe_aux_loss_per_sequence:
+        return "seq_aux_loss"
+    return None
+
+
 def _router_flags(m: ModelSpec) -> list[Group]:
     out: list[Group] = [["--moe-router-score-function", m.moe_router_score_function.value]]
     if m.moe_router_expert_bias:  # DeepSeek-V3 aux-loss-free balancing
         out.append(["--moe-router-enable-expert-bias"])
-    if m.moe_router_balance == RouterBalance.global_batch:  # Qwen3: the balance loss over the global batch
-        out.append(["--moe-router-load-balancing-type", "global_aux_loss"])
+    balance = load_balancing_type(m)
+    if balance is not None:
+        out.append(["--moe-router-load-balancing-type", balance])
+    if m.moe_aux_loss_coeff is not None:  # Megatron's default is 0: no balance loss at all
+        out.append(["--moe-aux-loss-coeff", f"{m.moe_aux_loss_coeff:g}"])
     if m.moe_router_num_groups is not None and m.moe_router_group_topk is not None:
         out += [["--moe-router-num-groups", str(m.moe_router_num_groups)], ["--moe-router-group-topk", str(m.moe_router_group_topk)]]
     if m.moe_router_topk_scaling_factor is not None:

@@ -20,11 +20,17 @@ if TYPE_CHECKING:
     from autopar.specs import ModelSpec
 
 
+# fields that weigh the training loss, not the network: the launchers write them themselves
+# (Megatron-Bridge model.moe_aux_loss_coeff), so a model matches its preset whatever they hold
+LOSS_FIELDS = {"moe_aux_loss_coeff", "moe_aux_loss_per_sequence"}
+
+
 def architecture(model: ModelSpec) -> dict:
-    """The fields that define the network: every field but the name and, with RoPE (no position
-    table), max_position_embeddings, which says how long the checkpoint trained, not what it is."""
+    """The fields that define the network: every field but the name, the loss weights (LOSS_FIELDS)
+    and, with RoPE (no position table), max_position_embeddings, which says how long the checkpoint
+    trained, not what it is."""
     learned = model.position_embedding == "learned_absolute"
-    return model.model_dump(exclude={"name"} if learned else {"name", "max_position_embeddings"})
+    return model.model_dump(exclude={"name", *LOSS_FIELDS} if learned else {"name", "max_position_embeddings", *LOSS_FIELDS})
 
 
 @lru_cache(maxsize=None)

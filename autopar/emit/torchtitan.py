@@ -32,6 +32,16 @@ MODELS = {
     "llama3-405b": ("llama3", "llama3_405b", "405B"),
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
 }
+# presets torchtitan has a near miss for, and why its entry does not train the preset's model
+QWEN3_MOE_ROUTER = ("its MoE routes with an expert bias and has no balance loss (models/common/moe.py load_balance_coeff "
+                    "1e-3, auxiliary-loss-free; the 0.3.0 wheel alike), where Qwen3-MoE trained without a bias under a "
+                    "global-batch balance loss (router_aux_loss_coef 0.001)")
+NOT_IN_REGISTRY = {
+    "qwen3-30b-a3b": f"torchtitan b5bcd76 models/qwen3 has flavor 30B-A3B, but {QWEN3_MOE_ROUTER}",
+    "qwen3-235b-a22b": "torchtitan b5bcd76 models/qwen3/__init__.py flavor 235B-A22B sets rope theta 5e6 (the 2507 "
+                       f"refresh), the Qwen3-235B-A22B release 1e6, config_registry.py has no qwen3_235b_a22b config, and "
+                       f"{QWEN3_MOE_ROUTER}",
+}
 SCHEDULES = {Schedule.one_f_one_b: "1F1B", Schedule.interleaved: "Interleaved1F1B", Schedule.gpipe: "GPipe",
              Schedule.dualpipev: "DualPipeV"}
 AC_MODES = {Recompute.none: "none", Recompute.selective: "selective", Recompute.full: "full"}
@@ -89,9 +99,11 @@ def model_violations(model) -> list[Violation]:
         found.append(Violation(LINEAR_RULE, f"{model.name} has Gated DeltaNet (linear-attention) layers; torchtitan's model "
                                "registry builds none (Megatron-LM, Megatron-Bridge or an HF-model DeepSpeed run can train it)", "TT"))
     if registry_preset(model) is None:
+        near = preset_of(model, tuple(NOT_IN_REGISTRY))
+        why = f" ({near}: {NOT_IN_REGISTRY[near]})" if near else ""
         found.append(Violation(REGISTRY_RULE, f"{model.name}: its architecture is none of torchtitan's registry models "
-                               f"({', '.join(sorted(MODELS))}; an HF config.json of one of them matches under any name); another "
-                               "registry model would train a different network", "TT"))
+                               f"({', '.join(sorted(MODELS))}; an HF config.json of one of them matches under any name){why}; "
+                               "another registry model would train a different network", "TT"))
     return found
 
 
@@ -177,10 +189,16 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     plan, t, model = job.plan, job.training, job.model
     module, config, flavor, stock = base_model(job)
     tc = TitanConfig(module, config, flavor, stock)
-    if model.is_moe:  # DeepSeek-V3: the plan's dispatch and the model's MTP modules
-        tc.model_kwargs = {"attn_backend": "flex", "moe_comm_backend": MOE_COMM.get(plan.dispatcher, "standard"),
-                           "num_mtp_layers": model.mtp_num_layers}
+    if model.is_moe:  # the plan's dispatch; DeepSeek-V3's model_registry also takes its MTP modules (Qwen3's does not)
+        tc.model_kwargs = {"attn_backend": "flex", "moe_comm_backend": MOE_COMM.get(plan.dispatcher, "standard")}
+        if module == "deepseek_v3":
+            tc.model_kwargs["num_mtp_layers"] = model.mtp_num_layers
         tc.float8_skip = ["lm_head", "router.gate"]
+        if model.moe_aux_loss_coeff is not None:
+            # models/common/moe.py (b5bcd76, 0.3.0): every MoE balances with an expert bias
+            # (load_balance_coeff, auxiliary-loss-free); no balance-loss weight exists to set
+            tc.notes.append(f"torchtitan balances the experts by an expert-bias update (MoE load_balance_coeff 1e-3), not by "
+                            f"the model's balance loss (weight {model.moe_aux_loss_coeff:g}): it has no such loss.")
     dp, m = job.dp, job.num_microbatches
     shard = dp if plan.zero >= 1 else 1
     if plan.zero >= 1 and plan.zero_shard_size is not None:

@@ -72,7 +72,13 @@ NUMBER_KEYS = (
     "mamba_head_dim", "ssm_state_size", "n_groups", "mamba_n_groups", "conv_kernel", "mamba_d_conv", "chunk_size",
     "mamba_chunk_size", "moe_shared_expert_intermediate_size", "moe_latent_size", "attention_head_dim", "kv_lora_rank",
     "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_layer", "n_embd", "n_head", "n_positions", "n_inner",
+    "router_aux_loss_coef", "aux_loss_alpha",
 )
+# DeepSeek-V3's sequence-wise balance loss weight when its config.json names none (the released
+# V3 file has no aux_loss_alpha): DeepSeek-V3 Technical Report (arXiv 2412.19437) section 4.2,
+# alpha = 0.0001; Megatron-Bridge 067f987 models/deepseek/deepseek_v3_bridge.py and Megatron-LM
+# d98e8a6 examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh (seq_aux_loss, 1e-4) use the same
+DEEPSEEK_V3_SEQ_AUX_LOSS = 1e-4
 ROPE_NUMBER_KEYS = ("rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
                     "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor")
 
@@ -195,7 +201,25 @@ def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
         out["moe_router_num_groups"], out["moe_router_group_topk"] = cfg["n_group"], cfg["topk_group"]
     if cfg.get("routed_scaling_factor"):
         out["moe_router_topk_scaling_factor"] = float(cfg["routed_scaling_factor"])
+    out.update(_balance_loss(cfg))
     return out
+
+
+def _balance_loss(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The router's balance-loss weight: router_aux_loss_coef (transformers' Mixtral, Qwen-MoE,
+    Llama-4 ... load_balancing_loss_func) or DeepSeek's aux_loss_alpha, which seq_aux computes per
+    sequence. DeepSeek-V3's aux-loss-free routing (noaux_tc) keeps a small sequence-wise loss
+    beside its expert bias (V3 report section 2.1.2): DEEPSEEK_V3_SEQ_AUX_LOSS when the file has none."""
+    coeff = cfg.get("router_aux_loss_coef")
+    if coeff is None:
+        coeff = cfg.get("aux_loss_alpha")
+    per_sequence = bool(cfg.get("seq_aux"))
+    if cfg.get("topk_method") == "noaux_tc":
+        per_sequence = True
+        coeff = DEEPSEEK_V3_SEQ_AUX_LOSS if coeff is None else coeff
+    if coeff is None:
+        return {}
+    return {"moe_aux_loss_coeff": float(coeff), "moe_aux_loss_per_sequence": per_sequence}
 
 
 def _attention_span(cfg: dict[str, Any], mtype: str, layers: int, field: str, name: str) -> dict[str, Any]:
@@ -335,6 +359,19 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
             "moe_latent_size": cfg.get("moe_latent_size")}
 
 
+def _activation(cfg: dict[str, Any], mtype: str) -> str:
+    """The MLP activation the modeling code applies: Gemma-2/3's MLP reads hidden_activation, not
+    hidden_act (transformers 5.12 Gemma2MLP / Gemma3MLP: ACT2FN[config.hidden_activation], default
+    gelu_pytorch_tanh); Gemma's reads hidden_act (default gelu_pytorch_tanh); the others hidden_act."""
+    if mtype.startswith(("gemma2", "gemma3")):
+        act = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
+    elif mtype.startswith("gemma"):
+        act = cfg.get("hidden_act") or "gelu_pytorch_tanh"
+    else:
+        act = cfg.get("hidden_act") or "silu"
+    return str(act).lower()
+
+
 def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str, Any]:
     """ModelSpec fields from a HuggingFace config.json mapping."""
     _check_numbers(cfg, field)
@@ -342,7 +379,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
     cfg = _flatten(cfg)
     layers = _get(cfg, "num_hidden_layers", field, name)
     heads = _get(cfg, "num_attention_heads", field, name)
-    act = str(cfg.get("hidden_act", "silu")).lower()
+    act = _activation(cfg, mtype)
     gpt2 = bool(cfg.get("_gpt2"))
     dense_ffn = cfg.get("intermediate_size_mlp") or _get(cfg, "intermediate_size", field, name)  # Llama-4's dense layers
     fields: dict[str, Any] = {

@@ -211,10 +211,18 @@ class ModelSpec(StrictModel):
     moe_router_topk_scaling_factor: float | None = Field(None, gt=0, description="Scale of the routed experts' weights (DeepSeek routed_scaling_factor)")
     moe_router_topk_norm: bool = Field(False, description="Top-k probabilities renormalised to sum to 1 (HF norm_topk_prob)")
     moe_shared_expert_gate: bool = Field(False, description="Sigmoid gate on the shared expert output (Qwen2-MoE)")
+    moe_aux_loss_coeff: float | None = Field(None, ge=0, description="Weight of the router's load-balancing loss in the "
+                                             "training loss (HF router_aux_loss_coef: Mixtral-8x7B 0.02, Qwen3-MoE 0.001; "
+                                             "DeepSeek aux_loss_alpha; Megatron --moe-aux-loss-coeff); null = the config "
+                                             "gives none (the framework's default: 0 in Megatron-LM)")
+    moe_aux_loss_per_sequence: bool = Field(False, description="The balance loss is computed per sequence, not per "
+                                            "micro-batch (DeepSeek seq_aux, the V3 report's complementary sequence-wise "
+                                            "loss; Megatron --moe-router-load-balancing-type seq_aux_loss)")
     normalization: Norm = Field(Norm.rmsnorm, description="rmsnorm | layernorm")
     norm_eps: float = Field(1e-5, gt=0, description="Epsilon of the normalization layers")
     qk_layernorm: bool = Field(False, description="Norm on queries and keys per head (Qwen3, OLMo-2; DeepSeek MLA's latent norms)")
-    activation: str = Field("silu", description="MLP activation (HF hidden_act: silu, gelu, gelu_new, relu ...)")
+    activation: str = Field("silu", description="MLP activation (HF hidden_act, Gemma-2/3 hidden_activation: silu, gelu, "
+                            "gelu_new, gelu_pytorch_tanh, relu ...); with gated_mlp the gate's activation")
     qkv_bias: bool = Field(False, description="Bias on the QKV projection (Qwen2)")
     linear_bias: bool = Field(False, description="Bias on the other linear layers (GPT-2, GPT-3)")
     position_embedding: str = Field("rope", description="rope | learned_absolute | none (Nemotron-H's attention layers)")

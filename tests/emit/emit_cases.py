@@ -62,6 +62,8 @@ GOLDEN_CASES = {
     "long_context_cp": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=4,cp=4,cp_algo=ring,zero=1,recompute=full", "bf16", FP32_REDUCE),
 
     "long_context_ulysses": ("llama3-8b", "dgx-h100", 64, 131072, 16, "tp=1,cp=8,cp_algo=ulysses,zero=3,recompute=full", "bf16", BF16_REDUCE),
+    # Qwen3-30B-A3B (global-batch balance loss, weight 0.001): Bridge's Qwen3-MoE recipe; torchtitan refuses (expert-bias router)
+    "moe_qwen3": ("qwen3-30b-a3b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=8,etp=1,zero=1,recompute=selective", "bf16", FP32_REDUCE),
     # Mixtral 8x7B with expert parallelism and expert tensor parallelism
     "moe_ep_etp": ("mixtral-8x7b", "dgx-h100", 64, 4096, 512, "tp=4,pp=2,ep=4,etp=2,zero=1,recompute=selective"),
     # DeepSeek-V3 on 2,048 H800: pp 16 x ep 64 (uneven balanced stages), and tp 2 x ep 64 with DeepEP

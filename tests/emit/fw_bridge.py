@@ -25,9 +25,13 @@ HF_REPOS = {  # recipe's hub id -> preset file (profiles/models/SOURCES.md names
     "meta-llama/Meta-Llama-3-70B": "llama3-70b.json",
     "meta-llama/Meta-Llama-3.1-405B": "llama3-405b.json",
     "deepseek-ai/DeepSeek-V3": "deepseek-v3.json",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b.json",
+    "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b.json",
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": "nemotron-3-super-120b-a12b.json",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "nemotron-3-ultra-550b-a55b.json",
 }
+
+HF_REVISIONS = {"Qwen/Qwen3-30B-A3B": ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39",)}  # pragma: allowlist secret
 
 
 def offline_hub(cache: Path) -> dict[str, str]:
@@ -37,9 +41,11 @@ def offline_hub(cache: Path) -> dict[str, str]:
         base = cache / "hub" / ("models--" + repo.replace("/", "--"))
         (base / "refs").mkdir(parents=True, exist_ok=True)
         (base / "refs" / "main").write_text(commit)
-        snap = base / "snapshots" / commit
-        snap.mkdir(parents=True, exist_ok=True)
-        (snap / "config.json").write_text((ROOT / "profiles" / "models" / preset).read_text())
+        # the Qwen3-30B-A3B recipe asks for a pinned revision (recipes/qwen/h100/qwen3_moe.py)
+        for snapshot in (commit, *HF_REVISIONS.get(repo, ())):
+            snap = base / "snapshots" / snapshot
+            snap.mkdir(parents=True, exist_ok=True)
+            (snap / "config.json").write_text((ROOT / "profiles" / "models" / preset).read_text())
     return {"HF_HOME": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -70,6 +76,7 @@ def import_bridge() -> None:
         import megatron.bridge.recipes.deepseek  # noqa: F401
         import megatron.bridge.recipes.llama  # noqa: F401
         import megatron.bridge.recipes.nemotronh  # noqa: F401
+        import megatron.bridge.recipes.qwen  # noqa: F401
         import megatron.bridge.training.config  # noqa: F401
     finally:  # only Bridge's import-time reference stays; later 'import transformer_engine' fails as on any CPU
         del sys.modules["transformer_engine"], sys.modules["transformer_engine.pytorch"]

@@ -379,3 +379,112 @@ def test_bridge_nvfp4_recipe_does_not_gather_weights_the_plan_gathers_in_bf16():
     assert "precision.fp4_param_gather = False" in script
     bf16 = make_job("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1")
     assert "fp4_param_gather" not in next(a.text for a in emit_bridge(bf16) if a.name.endswith(".py"))
+
+
+@pytest.mark.parametrize("model, plan, flags", [
+    # mistralai/Mixtral-8x7B-v0.1 router_aux_loss_coef 0.02; Megatron-LM d98e8a6 arguments.py
+    # --moe-aux-loss-coeff defaults to 0.0 (no balance loss), aux_loss (per micro-batch) is its default type
+    ("mixtral-8x7b", "tp=2,ep=8,etp=1,zero=1", ["--moe-aux-loss-coeff 0.02"]),
+    ("mixtral-8x22b", "tp=4,pp=2,ep=8,etp=1,zero=1", ["--moe-aux-loss-coeff 0.001"]),
+    # Qwen/Qwen3-30B-A3B router_aux_loss_coef 0.001, over the global batch (Qwen3 report section 2)
+    ("qwen3-30b-a3b", "tp=2,pp=2,ep=8,etp=1,zero=1", ["--moe-router-load-balancing-type global_aux_loss", "--moe-aux-loss-coeff 0.001"]),
+    # DeepSeek-V3: expert bias plus the sequence-wise loss of weight 1e-4 (Megatron-LM d98e8a6
+    # examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: seq_aux_loss, --moe-aux-loss-coeff 1e-4)
+    ("deepseek-v3", "tp=2,pp=8,ep=64,etp=1,zero=1",
+     ["--moe-router-enable-expert-bias", "--moe-router-load-balancing-type seq_aux_loss", "--moe-aux-loss-coeff 0.0001"]),
+])
+def test_balance_loss_weight_flags(model, plan, flags):
+    from autopar.emit.megatron_parse import argv_from_script
+    job = make_job(model, "dgx-h100", 1024 if model == "deepseek-v3" else 64, 4096, 2048 if model == "deepseek-v3" else 256, plan)
+    text = script_of(job)
+    for flag in flags:
+        assert flag in text
+    argv = argv_from_script(text)
+    assert float(argv[argv.index("--moe-aux-loss-coeff") + 1]) == job.model.moe_aux_loss_coeff
+
+
+def test_balance_loss_weight_in_the_bridge_overrides():
+    from autopar.emit.bridge import bridge_overrides
+    # Qwen/Qwen3-30B-A3B router_aux_loss_coef 0.001 (Bridge TransformerConfig moe_aux_loss_coeff)
+    o = bridge_overrides(make_job("qwen3-30b-a3b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=8,etp=1,zero=1"))
+    assert (o["model.moe_aux_loss_coeff"], o["model.moe_router_load_balancing_type"]) == (0.001, "global_aux_loss")
+    # DeepSeek-V3: what Bridge 067f987 deepseek_v3_bridge.py sets (seq_aux_loss, aux_loss_alpha or 0.0001)
+    o = bridge_overrides(make_job(*GOLDEN_CASES["mla_uneven"]))
+    assert (o["model.moe_aux_loss_coeff"], o["model.moe_router_load_balancing_type"]) == (0.0001, "seq_aux_loss")
+
+
+def test_gated_gelu_is_refused_naming_the_activation(tmp_path):
+    # google/gemma-2 configs: hidden_activation gelu_pytorch_tanh with a gated MLP (GeGLU). Megatron-LM
+    # d98e8a6 argument_utils.py core_transformer_config_from_args builds gated MLPs from --swiglu (silu)
+    # and --quick-geglu (x sigmoid(1.702 x)) only; activation_func has no flag, --openai-gelu is read nowhere
+    gemma = _hf_model(tmp_path, "gemma2", model_type="gemma2", hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh")
+    job = make_job(gemma, "dgx-h100", 16, 4096, 64, "tp=2,zero=1")
+    with pytest.raises(RuleViolation, match=r"\[a gated MLP is SwiGLU \(--swiglu\) or quick GeGLU \(--quick-geglu\)\] "
+                                            r"gemma2: activation=gelu_pytorch_tanh \(HF hidden_activation"):
+        emit_megatron(job)
+    assert "--swiglu" not in megatron_argv(job)
+    # HF quick_gelu with a gated MLP is Megatron's --quick-geglu
+    quick = _hf_model(tmp_path, "quick", model_type="llama", hidden_act="quick_gelu")
+    argv = megatron_argv(make_job(quick, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+    assert "--quick-geglu" in argv and "--swiglu" not in argv
+    assert "--swiglu" in megatron_argv(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+
+
+def test_mla_yarn_flags_that_take_effect():
+    # deepseek-ai/DeepSeek-V3 rope_scaling: yarn factor 40, mscale 1, mscale_all_dim 1, beta_fast 32,
+    # beta_slow 1, original 4096. MLATransformerConfig (d98e8a6) reads rotary_scaling_factor, mscale,
+    # mscale_all_dim from the MLA args; the --yarn-* flags reach non-MLA models only
+    # (argument_utils.py _apply_yarn_config_from_args returns early for MLA), so none is written
+    argv = megatron_argv(make_job(*GOLDEN_CASES["mla_uneven"]))
+    text = " ".join(argv)
+    assert "--rotary-scaling-factor 40 --mscale 1 --mscale-all-dim 1" in text
+    assert not [a for a in argv if a.startswith("--yarn-")]
+    assert "--rope-type" not in argv  # MLATransformerConfig rope_type defaults to yarn
+
+
+def test_mla_yarn_megatron_cannot_set_is_refused():
+    # moonshotai/Kimi-K2-Instruct rope_scaling beta_fast 1: MLATransformerConfig.beta_fast (default 32)
+    # has no Megatron-LM flag at d98e8a6
+    job = make_job("kimi-k2", "dgx-h100", 512, 4096, 1024, "tp=1,pp=8,ep=64,etp=1,zero=1")
+    with pytest.raises(RuleViolation, match=r"\[MLA's RoPE is plain or YaRN with the flags' reach\] kimi-k2: rope_scaling "
+                                            r"type=yarn, beta_fast=1: .*beta_fast 32"):
+        emit_megatron(job)
+
+
+def test_mla_without_rope_scaling_asks_for_plain_rope(tmp_path):
+    # MLATransformerConfig rope_type defaults to yarn (factor 40); plain RoPE needs --rope-type rope, and
+    # the fused MLA RoPE works with yarn only (MLATransformerConfig.__post_init__), so --no-rope-fusion
+    import json
+    from autopar.specs._files import PROFILES_DIR
+    cfg = json.loads((PROFILES_DIR / "models" / "deepseek-v2-lite.json").read_text())
+    cfg["rope_scaling"] = None
+    path = tmp_path / "v2-lite-rope.json"
+    path.write_text(json.dumps(cfg))
+    argv = megatron_argv(make_job(str(path), "dgx-h100", 16, 4096, 64, "tp=1,ep=8,etp=1,zero=1"))
+    assert argv[argv.index("--rope-type") + 1] == "rope" and "--no-rope-fusion" in argv
+    assert "--rotary-scaling-factor" not in argv
+
+
+def test_yarn_without_mla_uses_the_yarn_position_embedding(tmp_path):
+    # GPTModel (d98e8a6) builds YarnRotaryEmbedding only for --position-embedding-type yarn, and
+    # _apply_yarn_config_from_args reads --yarn-beta-fast etc. only then
+    yarn = _hf_model(tmp_path, "qwen-yarn", model_type="qwen3", rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16, "beta_slow": 1})
+    text = " ".join(megatron_argv(make_job(yarn, "dgx-h100", 16, 4096, 64, "tp=2,zero=1")))
+    assert "--position-embedding-type yarn" in text
+    assert "--rotary-scaling-factor 4 --yarn-original-max-position-embeddings 32768 --yarn-beta-fast 16 --yarn-beta-slow 1" in text
+
+
+def test_hybrid_cp_at_tp8_runs_ring_only():
+    # Not a bug: with tp=8 on 8-GPU nodes no two CP ranks share a node, so the a2a level is 1 and
+    # the ring spans all cp ranks. Megatron-LM d98e8a6 validate_args asserts only
+    # context_parallel_size == prod(hierarchical_context_parallel_sizes), the first size being the a2a
+    # level (model_parallel_config.py); Transformer Engine's a2a+p2p skips the all-to-all at size 1
+    # (context_parallel.py: 'if cp_size_a2a > 1')
+    from autopar.emit.megatron_parse import parse_megatron_argv
+    job = make_job("llama3-8b", "dgx-h100", 64, 65536, 8, "tp=8,cp=8,cp_algo=hybrid,zero=1,recompute=full")
+    ns = parse_megatron_argv(megatron_argv(job))
+    assert ns.hierarchical_context_parallel_sizes == [1, 8] and ns.cp_comm_type == ["a2a+p2p"]
+    emit_megatron(job)  # Megatron's rules pass
+    job = make_job("llama3-8b", "dgx-h100", 64, 65536, 16, "tp=2,cp=8,cp_algo=hybrid,zero=1,recompute=full")
+    assert parse_megatron_argv(megatron_argv(job)).hierarchical_context_parallel_sizes == [4, 2]  # tp 2 x a2a 4 = a node

@@ -354,3 +354,32 @@ def test_bridge_refuses_an_unmapped_model_naming_the_model_field():
     with pytest.raises(RuleViolation) as info:
         emit_bridge(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=3"))
     assert info.value.field == "plan"
+
+
+
+def test_qwen3_moe_runs_on_bridge():
+    # Megatron-Bridge 067f987 (and 0.6.2) recipes/qwen/h100/qwen3_moe.py
+    job = make_job("qwen3-30b-a3b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=8,etp=1,zero=1", "bf16", R4)
+    script = files(emit_bridge(job))["pretrain_megatron_bridge.py"]
+    assert "from megatron.bridge.recipes.qwen.h100.qwen3_moe import qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config" in script
+    assert "'model.moe_aux_loss_coeff': 0.001," in script  # Qwen/Qwen3-30B-A3B router_aux_loss_coef
+    big = make_job("qwen3-235b-a22b", "dgx-h100", 256, 4096, 512, "tp=4,pp=8,ep=8,etp=1,zero=1", "bf16", R4)
+    assert "from megatron.bridge.recipes.qwen import qwen3_235b_a22b_pretrain_config" in files(emit_bridge(big))["pretrain_megatron_bridge.py"]
+
+
+@pytest.mark.parametrize("preset, gpus, plan, why", [
+    # torchtitan b5bcd76 models/qwen3 flavor 30B-A3B builds the network, but its router takes an expert
+    # bias (models/common/moe.py load_balance_coeff 1e-3) and no balance loss: the integration test
+    # resolved router_expert_bias True against the model's False
+    ("qwen3-30b-a3b", 64, "tp=2,pp=2,ep=8,etp=1,zero=1", r"qwen3-30b-a3b: torchtitan b5bcd76 models/qwen3 has flavor 30B-A3B, "
+     r"but its MoE routes with an expert bias and has no balance loss"),
+    # models/qwen3/__init__.py _235b_a22b: theta 5000000.0; Qwen/Qwen3-235B-A22B config.json rope_theta
+    # 1000000.0, and config_registry.py defines no qwen3_235b_a22b
+    ("qwen3-235b-a22b", 256, "tp=4,pp=8,ep=8,etp=1,zero=1", r"qwen3-235b-a22b: torchtitan b5bcd76 models/qwen3/__init__.py "
+     r"flavor 235B-A22B sets rope theta 5e6"),
+])
+def test_torchtitan_names_why_qwen3_moe_has_no_registry_entry(preset, gpus, plan, why):
+    job = make_job(preset, "dgx-h100", gpus, 4096, 512, plan, "bf16", R4)
+    with pytest.raises(RuleViolation, match=why) as info:
+        emit_torchtitan(job)
+    assert info.value.field == "model"

@@ -10,6 +10,7 @@ import pytest
 
 from autopar.errors import InputError
 from autopar.specs import load_model
+from autopar.specs._files import PROFILES_DIR
 from autopar.cost.flops import total_params
 
 def total_params_billion(model) -> float:
@@ -267,3 +268,58 @@ def test_every_preset_model_type_is_supported():
     root = Path(__file__).resolve().parents[2] / "profiles" / "models"
     types = {json.loads(p.read_text()).get("model_type") for p in root.glob("*.json")}
     assert types - {None} <= set(MODEL_TYPES) and "llama" in types and "nemotron_h" in types
+
+
+@pytest.mark.parametrize("preset, coeff, per_sequence", [
+    ("mixtral-8x7b", 0.02, False),  # mistralai/Mixtral-8x7B-v0.1 config.json router_aux_loss_coef 0.02
+    ("mixtral-8x22b", 0.001, False),  # mistralai/Mixtral-8x22B-v0.1 router_aux_loss_coef 0.001
+    ("qwen3-30b-a3b", 0.001, False),  # Qwen/Qwen3-30B-A3B router_aux_loss_coef 0.001
+    ("qwen3-235b-a22b", 0.001, False),  # Qwen/Qwen3-235B-A22B router_aux_loss_coef 0.001
+    ("deepseek-v2-lite", 0.001, True),  # deepseek-ai/DeepSeek-V2-Lite aux_loss_alpha 0.001, seq_aux true
+    ("kimi-k2", 0.001, True),  # moonshotai/Kimi-K2-Instruct aux_loss_alpha 0.001, seq_aux true, noaux_tc
+    # deepseek-ai/DeepSeek-V3 names no aux_loss_alpha: the V3 report's alpha 0.0001 (section 4.2),
+    # as Megatron-Bridge 067f987 deepseek_v3_bridge.py (getattr default 0.0001) and Megatron-LM
+    # d98e8a6 examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh (seq_aux_loss, 1e-4)
+    ("deepseek-v3", 0.0001, True),
+])
+def test_router_balance_loss_weight_from_the_config(preset, coeff, per_sequence):
+    m = load_model(preset)
+    assert (m.moe_aux_loss_coeff, m.moe_aux_loss_per_sequence) == (coeff, per_sequence)
+
+
+def test_dense_and_hybrid_models_have_no_balance_loss_weight():
+    assert load_model("llama3-8b").moe_aux_loss_coeff is None
+    # NVIDIA-Nemotron-3-Nano-30B-A3B config.json names none (expert-bias routing)
+    assert load_model("nemotron-3-nano-30b-a3b").moe_aux_loss_coeff is None
+
+
+def test_a_preset_matches_its_config_whatever_the_balance_loss_weight(tmp_path):
+    # the weight is a training setting, not the network: a fine-tune's config.json that drops the
+    # key still gets the preset's registry entry / recipe (autopar.emit.presets.LOSS_FIELDS)
+    from autopar.emit.presets import preset_of
+
+    cfg = json.loads((PROFILES_DIR / "models" / "qwen3-30b-a3b.json").read_text())
+    del cfg["router_aux_loss_coef"]
+    m = load_model(str(_write(tmp_path, cfg, "qwen3-finetune")))
+    assert m.moe_aux_loss_coeff is None
+    assert preset_of(m, ("qwen3-30b-a3b", "llama3-8b")) == "qwen3-30b-a3b"
+
+
+def test_gemma_mlp_activation_is_hidden_activation(tmp_path):
+    base = {"hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "intermediate_size": 9216, "vocab_size": 256000}
+    # google/gemma-2-2b config.json: "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh";
+    # transformers 5.12 Gemma2MLP applies ACT2FN[config.hidden_activation], so a file whose hidden_act
+    # says gelu still trains the tanh GeLU
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "gemma2", "hidden_act": "gelu",
+                                         "hidden_activation": "gelu_pytorch_tanh"}, "gemma2")))
+    assert (m.activation, m.gated_mlp) == ("gelu_pytorch_tanh", True)
+    # Gemma3TextConfig's default hidden_activation is gelu_pytorch_tanh when the file omits it
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "gemma3_text"}, "gemma3")))
+    assert m.activation == "gelu_pytorch_tanh"
+    # Gemma (1) reads hidden_act (transformers GemmaMLP: ACT2FN[config.hidden_act])
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}, "gemma")))
+    assert m.activation == "gelu_pytorch_tanh"
+    # Llama keeps hidden_act
+    m = load_model(str(_write(tmp_path, {**base, "model_type": "llama", "hidden_act": "silu"}, "llama")))
+    assert m.activation == "silu"

@@ -59,6 +59,8 @@ OVERRIDES = {
     'model.moe_token_dispatcher_type': 'flex',
     'model.overlap_moe_expert_parallel_comm': False,
     'model.moe_latent_size': None,
+    'model.moe_router_load_balancing_type': 'seq_aux_loss',
+    'model.moe_aux_loss_coeff': 0.0001,
     'model.moe_layer_freq': [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
     'model.moe_flex_dispatcher_backend': 'deepep',
     'train.micro_batch_size': 1,

@@ -61,9 +61,6 @@ MEGATRON_ARGS=(
   --rotary-scaling-factor 40
   --mscale 1
   --mscale-all-dim 1
-  --yarn-original-max-position-embeddings 4096
-  --yarn-beta-fast 32
-  --yarn-beta-slow 1
   --disable-bias-linear
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0
@@ -77,6 +74,8 @@ MEGATRON_ARGS=(
   --moe-shared-expert-intermediate-size 2048
   --moe-router-score-function sigmoid
   --moe-router-enable-expert-bias
+  --moe-router-load-balancing-type seq_aux_loss
+  --moe-aux-loss-coeff 0.0001
   --moe-router-num-groups 8
   --moe-router-group-topk 4
   --moe-router-topk-scaling-factor 2.5

@@ -7,6 +7,7 @@
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # WARNING: predicted for the megatron stack; this launcher runs torchtitan or torchtitan-compile: `autopar estimate --stack torchtitan` costs the plan as it runs here
 # note: Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan)
+# note: torchtitan balances the experts by an expert-bias update (MoE load_balance_coeff 1e-3), not by the model's balance loss (weight 0.0001): it has no such loss.
 # note: torchtitan has no optimizer-only ZeRO-1; FSDP2 with reshard_after_forward=never shards gradients and optimizer states (ZeRO-2 memory, same traffic).
 """torchtitan config for one autopar plan: the stock deepseek_v3.deepseek_v3_671b config with the
 plan's parallelism, batch, precision, activation checkpointing and model options."""

@@ -68,6 +68,7 @@ MEGATRON_ARGS=(
   --moe-ffn-hidden-size 14336
   --moe-layer-freq 1
   --moe-router-score-function softmax
+  --moe-aux-loss-coeff 0.02
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall
 )
