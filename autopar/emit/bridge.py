@@ -18,7 +18,8 @@ from autopar.emit.common import (
     rendezvous_block,
 )
 from autopar.emit.megatron import (
-    CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, full_recompute_layers, hierarchical_cp_sizes,
+    CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, fp8_notes, full_recompute_layers,
+    hierarchical_cp_sizes,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern, load_balancing_type
 from autopar.emit.presets import preset_of, refuse
@@ -79,8 +80,8 @@ def precision_name(job: EmitJob) -> str:
     p, blackwell = job.training.precision, job.cluster.gpu.compute_capability >= 10
     if p == Precision.fp16:
         return "fp16_mixed"
-    if p == Precision.fp8:
-        return "bf16_with_mxfp8_mixed" if blackwell else "bf16_with_fp8_delayed_scaling_mixed"
+    if p == Precision.fp8:  # Hopper: TE per-tensor current scaling, as Megatron-LM's launcher (megatron.TE_TENSORWISE_WHY)
+        return "bf16_with_mxfp8_mixed" if blackwell else "bf16_with_fp8_current_scaling_mixed"
     if p == Precision.fp4:
         return "bf16_with_nvfp4_mixed"
     return "bf16_mixed"
@@ -296,7 +297,7 @@ def _py_value(key: str, value: object) -> str:
 def render_script(job: EmitJob, o: dict) -> str:
     module, fn = recipe_for(job)
     notes = [f"Recipe: {module}.{fn}(); the overrides below re-plan it and set every recipe default that would change the plan.",
-             "Launch with launch_megatron_bridge.sh (torchrun on every node)."]
+             "Launch with launch_megatron_bridge.sh (torchrun on every node).", *fp8_notes(job)]
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
     # torch is named only by the pipeline dtype (pp > 1): no unused import otherwise
     torch_import = "import torch\n\n" if "torch." in lines else ""
@@ -304,6 +305,11 @@ def render_script(job: EmitJob, o: dict) -> str:
     # fp4_param_gather=True); autopar costs an FP4 plan's weight gathers in bf16, so the plan wins
     fp4_gather = ("\n    precision.fp4_param_gather = False  # the recipe's FP4 weight gathers are not in the costed plan"
                   if job.training.precision == Precision.fp4 else "")
+    # the current-scaling recipe keeps the first and last layers in bf16 (mixed_precision.py
+    # bf16_with_fp8_current_scaling_mixed: first_last_layers_bf16=True); the plan costs every layer in
+    # FP8, as Bridge's own performance configs run it (scripts/performance/utils/precision.py fp8_cs)
+    fp8_layers = ("\n    precision.first_last_layers_bf16 = False  # the plan runs every layer in FP8"
+                  if precision_name(job) == "bf16_with_fp8_current_scaling_mixed" else "")
     return f'''{comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 """Megatron-Bridge pretraining with the autopar plan applied to the {fn} recipe."""
 
@@ -347,7 +353,7 @@ def autopar_config():
     cfg = apply_overrides({fn}(), OVERRIDES)
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
-    precision.fp8_param_gather = FP8_PARAM_GATHER{fp4_gather}
+    precision.fp8_param_gather = FP8_PARAM_GATHER{fp4_gather}{fp8_layers}
     # MXFP8 recipes reuse the gradient buffer for the weight gathers, which Megatron Core allows only
     # with them (distributed_data_parallel_config.py: 'Reuse grad buffer only when keeping params in MXFP8.')
     precision.reuse_grad_buf_for_mxfp8_param_ag = getattr(precision, "reuse_grad_buf_for_mxfp8_param_ag", False) and FP8_PARAM_GATHER

@@ -38,6 +38,18 @@ FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 Group = list[str]
 Section = tuple[str, list[Group]]
 
+# The plan's FP8 tensorwise (specs/training.py Fp8Recipe.tensorwise: one scale per tensor, costed alike
+# for Transformer Engine's delayed and current scaling) runs as TE per-tensor current scaling:
+# Megatron-LM d98e8a6 --fp8-recipe tensorwise builds TE Float8CurrentScaling (megatron/core/fp8_utils.py
+# get_fp8_recipe), Megatron-Bridge bf16_with_fp8_current_scaling_mixed sets the same recipe.
+TE_TENSORWISE = "tensorwise"
+TE_TENSORWISE_WHY = (
+    "FP8 tensorwise runs as Transformer Engine per-tensor current scaling (Float8CurrentScaling), not Megatron-LM's "
+    "default delayed scaling (amax history, examples/llama/train_llama3_8b_h100_fp8.sh): the same recipe as torchao's "
+    "tensorwise, the one Megatron-Bridge's H100 performance configs run (scripts/performance/utils/precision.py "
+    "fp8_cs), and the one Megatron Core allows with layernorm or moe_act recompute (transformer_config.py: 'Delayed "
+    "scaling does not support moe_act and layernorm recompute for fp8')")
+
 
 def _save_interval_why(job: EmitJob) -> str:
     if checkpoint_interval_steps(job):
@@ -144,9 +156,8 @@ def precision_flags(job: EmitJob) -> list[Group]:
         if blackwell:  # MXFP8 block scaling on Blackwell
             out.append(["--fp8-format", "e4m3"])
             out.append(["--fp8-recipe", "mxfp8"])
-        else:  # as in Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh (launchers.md 1.5)
-            out += [["--fp8-format", "hybrid"], ["--fp8-recipe", "delayed"],
-                    ["--fp8-amax-history-len", "1024"], ["--fp8-amax-compute-algo", "max"]]
+        else:  # the plan's tensorwise as TE per-tensor current scaling (TE_TENSORWISE_WHY)
+            out += [["--fp8-format", "hybrid"], ["--fp8-recipe", TE_TENSORWISE]]
     elif t.precision == Precision.fp4:
         out += [["--fp4-format", "e2m1"], ["--fp4-recipe", "nvfp4"]]
     if fp8_param_gather(job):
@@ -159,6 +170,16 @@ def precision_flags(job: EmitJob) -> list[Group]:
     elif t.grad_reduce_bytes_per_param < 4:
         out.append(["--grad-reduce-in-bf16"])
     return out
+
+
+def fp8_notes(job: EmitJob) -> list[str]:
+    """The launcher's word on the FP8 recipe it runs for the plan's tensorwise (precision_flags)."""
+    if job.training.precision != Precision.fp8:
+        return []
+    if job.cluster.gpu.compute_capability >= 10:
+        return ["FP8 runs as MXFP8 block scaling (one scale per 32 elements), the Blackwell recipe of Megatron-LM and "
+                "Megatron-Bridge (--fp8-recipe mxfp8, bf16_with_mxfp8_mixed)."]
+    return [TE_TENSORWISE_WHY + "."]
 
 
 def full_recompute_layers(plan: Plan) -> int | None:
@@ -346,7 +367,7 @@ def _render_sections(sections: list[Section], indent: str = "  ") -> str:
 def render_script(job: EmitJob) -> str:
     m = job.model
     notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
-             "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size."]
+             "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.", *fp8_notes(job)]
     exports = env_lines(job)
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}

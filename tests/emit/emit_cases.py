@@ -71,7 +71,7 @@ GOLDEN_CASES = {
 
     "mla_tp_deepep": ("deepseek-v3", "hgx-h800", 2048, 4096, 4096, "tp=2,pp=1,ep=64,etp=1,zero=1,recompute=full,dispatcher=deepep", "bf16", FP32_REDUCE),
 
-    # Llama-3 70B in FP8 (delayed scaling on Hopper)
+    # Llama-3 70B in FP8 (per-tensor current scaling on Hopper)
     "fp8_70b": ("llama3-70b", "dgx-h100", 64, 8192, 256, "tp=4,pp=2,zero=1,recompute=selective", "fp8", FP32_REDUCE),
     # plan language: an explicit uneven layout over pp 4 x vpp 2, FSDP with pipeline parallelism,
     # and full recompute with a different layer count per pipeline stage

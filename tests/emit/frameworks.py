@@ -46,6 +46,9 @@ def planned(job: EmitJob) -> dict:
     }
     if plan.zero == 3:
         out["reshard"] = plan.reshard_after_forward
+    if t.precision.value == "fp8":  # the recipe that runs (the spec's, else the stack's), every layer in FP8
+        out["fp8_recipe"] = t.fp8_scaling.value
+        out["fp8_bf16_end_layers"] = False
     if plan.cp > 1:
         out["cp_algo"] = plan.cp_algo.value
     if plan.tp > 1 and plan.tp_comm_overlap:

@@ -131,6 +131,9 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
         "zero": ({"optim_grads": 2, "optim_grads_params": 3}.get(cfg.ddp.data_parallel_sharding_strategy, 1)
                  if cfg.ddp.use_megatron_fsdp else int(bool(cfg.ddp.use_distributed_optimizer))),
     }
+    if m.fp8:  # the mixed-precision recipe applied onto the provider (TransformerConfig fp8_recipe)
+        out["fp8_recipe"] = getattr(m.fp8_recipe, "value", m.fp8_recipe)
+        out["fp8_bf16_end_layers"] = bool(m.first_last_layers_bf16)
     if m.context_parallel_size > 1:
         out["cp_algo"] = {"p2p": "ring", "a2a": "ulysses", "a2a+p2p": "hybrid"}[m.cp_comm_type]
     if hybrid:

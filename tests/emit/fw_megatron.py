@@ -45,6 +45,7 @@ def megatron_process(world: int, env: dict[str, str | None], compute_capability:
     """Environment and stubs of rank 0 of a `world`-GPU job, on this CPU machine."""
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
     import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.transformer_config as transformer_config
     import megatron.core.utils as core_utils
     import megatron.training.arguments as arguments
     import torch
@@ -65,6 +66,7 @@ def megatron_process(world: int, env: dict[str, str | None], compute_capability:
                 mock.patch.object(torch.cuda, "get_device_properties", return_value=props), \
                 mock.patch.object(arguments, "is_te_min_version", return_value=True), \
                 mock.patch.object(core_utils, "is_te_min_version", return_value=True), \
+                mock.patch.object(transformer_config, "is_te_min_version", return_value=True), \
                 mock.patch.object(arguments, "get_device_arch_version", return_value=cc[0]), \
                 mock.patch.object(rope_utils, "fused_apply_rotary_pos_emb", rope_utils.fused_apply_rotary_pos_emb or (lambda *a, **k: None)), \
                 mock.patch.multiple(moe_utils, **{name: getattr(moe_utils, name) or (lambda *a, **k: None) for name in TE_PERMUTE}):
@@ -174,6 +176,9 @@ def resolve_megatron(folder, job) -> dict:
         "recompute": granularity, "recompute_layers": recomputed, "schedule": "interleaved" if vpp > 1 else "1f1b",
         "zero": zero,
     }
+    if args.fp8:  # Megatron's 'tensorwise' is TE per-tensor current scaling (fp8_utils.py get_fp8_recipe)
+        out["fp8_recipe"] = getattr(config.fp8_recipe, "value", config.fp8_recipe)
+        out["fp8_bf16_end_layers"] = bool(config.first_last_layers_bf16)
     if args.context_parallel_size > 1:
         out["cp_algo"] = {"p2p": "ring", "a2a": "ulysses", "a2a+p2p": "hybrid"}[args.cp_comm_type[0] if isinstance(args.cp_comm_type, list) else args.cp_comm_type]
     if args.hybrid_layer_pattern:

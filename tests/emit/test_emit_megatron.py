@@ -367,6 +367,38 @@ def test_fp8_param_gather_reaches_every_launcher_or_is_refused():
                                  fp8_recipe="rowwise", stack="torchtitan"))
 
 
+def test_fp8_tensorwise_runs_current_scaling_on_hopper():
+    """The plan's FP8 tensorwise is TE per-tensor current scaling on both Megatron launchers:
+    Megatron-LM d98e8a6 --fp8-recipe tensorwise builds Float8CurrentScaling (megatron/core/fp8_utils.py
+    get_fp8_recipe; the default 'delayed' is amax-history scaling, and its --fp8-amax-* flags are
+    delayed-only), Megatron-Bridge 067f987 bf16_with_fp8_current_scaling_mixed sets fp8_recipe
+    'tensorwise' with first_last_layers_bf16=True, which the plan (every layer in FP8) turns off as
+    Bridge's scripts/performance/utils/precision.py fp8_cs does."""
+    from autopar.emit.bridge import emit_bridge
+
+    job = make_job(*GOLDEN_CASES["fp8_70b"])
+    argv = megatron_argv(job)
+    assert argv[argv.index("--fp8-recipe") + 1] == "tensorwise" and argv[argv.index("--fp8-format") + 1] == "hybrid"
+    assert "--fp8-amax-history-len" not in argv and "--fp8-amax-compute-algo" not in argv
+    assert "# note: FP8 tensorwise runs as Transformer Engine per-tensor current scaling" in script_of(job)
+    bridge = next(a.text for a in emit_bridge(job) if a.name.endswith(".py"))
+    assert "MIXED_PRECISION = 'bf16_with_fp8_current_scaling_mixed'" in bridge
+    assert "precision.first_last_layers_bf16 = False" in bridge
+    # Megatron Core refuses layernorm / moe_act recompute with delayed scaling (transformer_config.py
+    # __post_init__: 'Delayed scaling does not support moe_act and layernorm recompute for fp8'); with
+    # current scaling the plan language's output-discarding recompute runs in FP8
+    moe = make_job("mixtral-8x7b", "dgx-h100", 64, 4096, 256, "tp=2,pp=2,ep=4,etp=1,zero=1,recompute=selective,"
+                   "recompute_modules=layernorm+moe_act", "fp8")
+    argv = megatron_argv(moe)
+    assert argv[argv.index("--fp8-recipe") + 1] == "tensorwise"
+    emit_megatron(moe)
+    # Blackwell keeps MXFP8 block scaling, and says so
+    b200 = make_job("llama3-8b", "dgx-b200", 16, 4096, 64, "tp=2,zero=1", "fp8")
+    assert megatron_argv(b200)[megatron_argv(b200).index("--fp8-recipe") + 1] == "mxfp8"
+    assert "# note: FP8 runs as MXFP8 block scaling" in script_of(b200)
+    assert "first_last_layers_bf16" not in next(a.text for a in emit_bridge(b200) if a.name.endswith(".py"))
+
+
 def test_bridge_nvfp4_recipe_does_not_gather_weights_the_plan_gathers_in_bf16():
     """Bridge's bf16_with_nvfp4_mixed turns on fp4_param_gather (mixed_precision.py); autopar
     costs an FP4 plan's ZeRO weight gathers in bf16, so the launcher turns it off; other

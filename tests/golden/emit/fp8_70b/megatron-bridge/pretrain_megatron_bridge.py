@@ -7,6 +7,7 @@
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Recipe: megatron.bridge.recipes.llama.llama3_70b_pretrain_config(); the overrides below re-plan it and set every recipe default that would change the plan.
 # note: Launch with launch_megatron_bridge.sh (torchrun on every node).
+# note: FP8 tensorwise runs as Transformer Engine per-tensor current scaling (Float8CurrentScaling), not Megatron-LM's default delayed scaling (amax history, examples/llama/train_llama3_8b_h100_fp8.sh): the same recipe as torchao's tensorwise, the one Megatron-Bridge's H100 performance configs run (scripts/performance/utils/precision.py fp8_cs), and the one Megatron Core allows with layernorm or moe_act recompute (transformer_config.py: 'Delayed scaling does not support moe_act and layernorm recompute for fp8').
 """Megatron-Bridge pretraining with the autopar plan applied to the llama3_70b_pretrain_config recipe."""
 
 import torch
@@ -60,7 +61,7 @@ OVERRIDES = {
     'optimizer.exp_avg_sq_dtype': torch.float32,
     'checkpoint.save_interval': 3269,
 }
-MIXED_PRECISION = 'bf16_with_fp8_delayed_scaling_mixed'
+MIXED_PRECISION = 'bf16_with_fp8_current_scaling_mixed'
 GRAD_REDUCE_IN_FP32 = True  # the precision recipe's own default would win otherwise
 # every FP8 recipe gathers weights in FP8 (mixed_precision.py fp8_param_gather=True); the plan's choice wins
 FP8_PARAM_GATHER = False
@@ -94,6 +95,7 @@ def autopar_config():
     precision = get_mixed_precision_config(MIXED_PRECISION)
     precision.grad_reduce_in_fp32 = GRAD_REDUCE_IN_FP32
     precision.fp8_param_gather = FP8_PARAM_GATHER
+    precision.first_last_layers_bf16 = False  # the plan runs every layer in FP8
     # MXFP8 recipes reuse the gradient buffer for the weight gathers, which Megatron Core allows only
     # with them (distributed_data_parallel_config.py: 'Reuse grad buffer only when keeping params in MXFP8.')
     precision.reuse_grad_buf_for_mxfp8_param_ag = getattr(precision, "reuse_grad_buf_for_mxfp8_param_ag", False) and FP8_PARAM_GATHER

@@ -8,6 +8,7 @@
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # note: Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.
 # note: Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.
+# note: FP8 tensorwise runs as Transformer Engine per-tensor current scaling (Float8CurrentScaling), not Megatron-LM's default delayed scaling (amax history, examples/llama/train_llama3_8b_h100_fp8.sh): the same recipe as torchao's tensorwise, the one Megatron-Bridge's H100 performance configs run (scripts/performance/utils/precision.py fp8_cs), and the one Megatron Core allows with layernorm or moe_act recompute (transformer_config.py: 'Delayed scaling does not support moe_act and layernorm recompute for fp8').
 set -euo pipefail
 
 MEGATRON_LM=${MEGATRON_LM:-/opt/megatron-lm}
@@ -37,9 +38,7 @@ MEGATRON_ARGS=(
   # precision
   --bf16
   --fp8-format hybrid
-  --fp8-recipe delayed
-  --fp8-amax-history-len 1024
-  --fp8-amax-compute-algo max
+  --fp8-recipe tensorwise
   # activation recompute
   --recompute-granularity selective
   # optimizer sharding and overlap
