@@ -32,6 +32,12 @@ MODELS = {
     "llama3-405b": ("llama3", "llama3_405b", "405B"),
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
 }
+# RoPE.Config.scaling each registry flavor builds (torchtitan b5bcd76 and the 0.3.0 wheel,
+# models/llama3/__init__.py _8b/_70b/_405b: ComplexRoPE scaling='llama', Llama-3.1's factor 8, low 1,
+# high 4, original 8192; models/deepseek_v3/__init__.py _671b: scaling='yarn', factor 40)
+FLAVOR_ROPE_SCALING = {"8B": "llama", "70B": "llama", "405B": "llama", "671B": "yarn"}
+# the model's HF rope_scaling type (None: unscaled) -> torchtitan RoPE.Config.scaling (models/common/rope.py)
+ROPE_SCALING = {None: "none", "llama3": "llama", "yarn": "yarn"}
 # presets torchtitan has a near miss for, and why its entry does not train the preset's model
 QWEN3_MOE_ROUTER = ("its MoE routes with an expert bias and has no balance loss (models/common/moe.py load_balance_coeff "
                     "1e-3, auxiliary-loss-free; the 0.3.0 wheel alike), where Qwen3-MoE trained without a bias under a "
@@ -66,6 +72,7 @@ class TitanConfig:
     float8_skip: list[str] = field(default_factory=lambda: ["lm_head"])  # Linear layers kept in bf16
     float8_recipe: str = "tensorwise"  # torchao Float8LinearConfig recipe_name
     model_kwargs: dict = field(default_factory=dict)  # model_registry keyword arguments
+    rope_override: tuple[str, str] | None = None  # (flavor's, model's) RoPE.Config.scaling when they differ
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,6 +192,25 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
                     f"zero_shard_size({plan.zero_shard_size}) % cp({plan.cp})", "PD")
 
 
+ROPE_RULE = "the registry flavor's RoPE scaling, or none"
+
+
+def _rope_override(tc: TitanConfig, model, rules: Rules) -> None:
+    """Llama-3 8B/70B (no rope_scaling) on the registry's 8B/70B flavors, which are Llama-3.1's
+    (scaled RoPE): the config turns every layer's RoPE scaling off. Turning scaling on, or to
+    another kind, has no override (the scaling parameters are the flavor's): refused."""
+    kind = model.rope_scaling.type if model.rope_scaling is not None else None
+    want, flavor = ROPE_SCALING.get(kind), FLAVOR_ROPE_SCALING[tc.flavor]
+    if want == flavor:
+        return
+    if rules.check(want == "none", ROPE_RULE,
+                   f"rope_scaling type={kind}: torchtitan's {tc.module} {tc.flavor} flavor builds RoPE scaling '{flavor}' "
+                   "(ComplexRoPE.Config scaling); only turning it off has an override", "TT models/common/rope.py"):
+        tc.rope_override = (flavor, want)
+        tc.notes.append(f"torchtitan's {tc.module} {tc.flavor} flavor builds RoPE scaling '{flavor}' (Llama-3.1's); "
+                        f"{model.name} has no rope_scaling, so the config turns every layer's RoPE scaling off.")
+
+
 def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
     plan, t, model = job.plan, job.training, job.model
     module, config, flavor, stock = base_model(job)
@@ -199,6 +225,7 @@ def build(job: EmitJob, rules: Rules) -> TitanConfig | None:
             # (load_balance_coeff, auxiliary-loss-free); no balance-loss weight exists to set
             tc.notes.append(f"torchtitan balances the experts by an expert-bias update (MoE load_balance_coeff 1e-3), not by "
                             f"the model's balance loss (weight {model.moe_aux_loss_coeff:g}): it has no such loss.")
+    _rope_override(tc, model, rules)
     dp, m = job.dp, job.num_microbatches
     shard = dp if plan.zero >= 1 else 1
     if plan.zero >= 1 and plan.zero_shard_size is not None:

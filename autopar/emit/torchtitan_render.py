@@ -34,6 +34,14 @@ def _model_spec_lines(job: EmitJob, tc: "TitanConfig") -> str:
         converters = (f"[Float8LinearConverter.Config(recipe_name={tc.float8_recipe!r}, filter_fqns={tc.float8_skip!r}, "
                       "model_compile_enabled=True)]")
     lines = imports + f"    config.model_spec = model_registry({tc.flavor!r}, converters={converters}{', ' + extra if extra else ''})\n"
+    if tc.rope_override is not None:
+        # the flavor's RoPE scaling differs from the model's (torchtitan.FLAVOR_ROPE_SCALING): every
+        # layer's RoPE.Config.scaling (models/common/rope.py), as the model trained
+        flavor, want = tc.rope_override
+        lines += ("    for layer in config.model_spec.model.layers:  # the model's RoPE scaling, not the flavor's\n"
+                  f"        if layer.attention.rope.scaling != {flavor!r}:\n"
+                  "            raise ValueError('this torchtitan flavor does not build the RoPE the config expects')\n"
+                  f"        layer.attention.rope.scaling = {want!r}\n")
     if tc.model_kwargs.get("num_mtp_layers"):
         # the MTP decoder returns one prediction per head, which only MTPLoss takes (the stock
         # chunked loss skips the lm_head, which mtp.py refuses); as deepseek_v3_debugmodel_mtp does

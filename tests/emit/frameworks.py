@@ -46,6 +46,8 @@ def planned(job: EmitJob) -> dict:
     }
     if plan.zero == 3:
         out["reshard"] = plan.reshard_after_forward
+    if model.position_embedding == "rope":  # the RoPE frequency scaling the layers build (HF type; None = unscaled)
+        out["rope_scaling"] = model.rope_scaling.type if model.rope_scaling is not None else None
     if t.precision.value == "fp8":  # the recipe that runs (the spec's, else the stack's), every layer in FP8
         out["fp8_recipe"] = t.fp8_scaling.value
         out["fp8_bf16_end_layers"] = False

@@ -86,6 +86,12 @@ def resolve_torchtitan(folder: Path, job) -> dict:
         out["cp_algo"] = "ring"  # torchtitan's context parallelism is ring attention
     if config.compile.enable_async_tensor_parallel:  # CompileConfig.__post_init__ already checked compile
         out["async_tp_compiled"] = config.compile.enable and "model" in config.compile.components
+    # every layer's RoPE.Config.scaling (models/common/rope.py), in HF's names; one kind for the model
+    scalings = {o.scaling for o in _walk(config.model_spec.model) if type(o).__qualname__.endswith("RoPE.Config")}
+    if len(scalings) == 1:
+        out["rope_scaling"] = {"none": None, "llama": "llama3", "yarn": "yarn"}.get(*scalings, *scalings)
+    else:
+        out["rope_scaling"] = sorted(scalings)
     if job.model.is_moe:
         out.update(moe_values(config, dims, mtp))
     return out

@@ -383,3 +383,19 @@ def test_torchtitan_names_why_qwen3_moe_has_no_registry_entry(preset, gpus, plan
     with pytest.raises(RuleViolation, match=why) as info:
         emit_torchtitan(job)
     assert info.value.field == "model"
+
+
+def test_torchtitan_llama3_flavors_get_the_models_rope_scaling():
+    """torchtitan b5bcd76 (and the 0.3.0 wheel) models/llama3/__init__.py builds its 8B, 70B and 405B
+    flavors with ComplexRoPE scaling='llama' (Llama-3.1: factor 8, low 1, high 4, original 8192).
+    meta-llama/Meta-Llama-3-8B and -70B have no rope_scaling: the config turns every layer's scaling
+    off; Llama-3.1 405B (rope_type llama3) keeps the flavor's."""
+    text = files(emit_torchtitan(make_job(*GOLDEN_CASES["fsdp_zero3"])))["autopar_torchtitan.py"]
+    assert ("    for layer in config.model_spec.model.layers:  # the model's RoPE scaling, not the flavor's\n"
+            "        if layer.attention.rope.scaling != 'llama':\n") in text
+    assert "        layer.attention.rope.scaling = 'none'\n" in text
+    assert "# note: torchtitan's llama3 8B flavor builds RoPE scaling 'llama' (Llama-3.1's); llama3-8b has no rope_scaling" in text
+    seventy = files(emit_torchtitan(make_job(*GOLDEN_CASES["interleaved_vpp"])))["autopar_torchtitan.py"]
+    assert "model_registry('70B'" in seventy and "layer.attention.rope.scaling = 'none'" in seventy
+    for case in ("gqa_sp", "mla_tp_deepep"):  # Llama-3.1 405B (llama3), DeepSeek-V3 (yarn): the flavor's own
+        assert "rope.scaling" not in files(emit_torchtitan(make_job(*GOLDEN_CASES[case])))["autopar_torchtitan.py"]

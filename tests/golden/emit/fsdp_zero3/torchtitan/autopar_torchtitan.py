@@ -7,6 +7,7 @@
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # WARNING: predicted for the megatron stack; this launcher runs torchtitan or torchtitan-compile: `autopar estimate --stack torchtitan` costs the plan as it runs here
 # note: Run: launch_torchtitan.sh (PYTHONPATH=<this folder> torchrun ... -m torchtitan.train --module autopar_torchtitan --config autopar_plan)
+# note: torchtitan's llama3 8B flavor builds RoPE scaling 'llama' (Llama-3.1's); llama3-8b has no rope_scaling, so the config turns every layer's RoPE scaling off.
 """torchtitan config for one autopar plan: the stock llama3.llama3_8b config with the
 plan's parallelism, batch, precision, activation checkpointing and model options."""
 
@@ -73,4 +74,8 @@ def autopar_plan():
         _set(config.checkpoint, {"interval": CHECKPOINT_INTERVAL})
     from torchtitan.models.llama3 import model_registry
     config.model_spec = model_registry('8B', converters=None)
+    for layer in config.model_spec.model.layers:  # the model's RoPE scaling, not the flavor's
+        if layer.attention.rope.scaling != 'llama':
+            raise ValueError('this torchtitan flavor does not build the RoPE the config expects')
+        layer.attention.rope.scaling = 'none'
     return config
