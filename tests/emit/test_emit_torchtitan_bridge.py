@@ -399,3 +399,48 @@ def test_torchtitan_llama3_flavors_get_the_models_rope_scaling():
     assert "model_registry('70B'" in seventy and "layer.attention.rope.scaling = 'none'" in seventy
     for case in ("gqa_sp", "mla_tp_deepep"):  # Llama-3.1 405B (llama3), DeepSeek-V3 (yarn): the flavor's own
         assert "rope.scaling" not in files(emit_torchtitan(make_job(*GOLDEN_CASES[case])))["autopar_torchtitan.py"]
+
+
+def _run_autopar_config(source: str, recipe_overlap, fn: str):
+    """The emitted autopar_config() over a stand-in recipe whose comm_overlap is recipe_overlap
+    (overrides and the mixed-precision registry stubbed: only the comm-overlap lines run for real)."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    @dataclass
+    class CommOverlapConfig:  # the fields of Megatron-Bridge 067f987 training/comm_overlap.py the test reads
+        tp_comm_overlap: bool
+        tp_comm_overlap_cfg: object = None
+        defer_embedding_wgrad_compute: bool | None = None
+        wgrad_deferral_limit: int | None = None
+        overlap_moe_expert_parallel_comm: bool | None = None
+        delay_wgrad_compute: bool | None = None
+
+    recipe = SimpleNamespace(comm_overlap=recipe_overlap(CommOverlapConfig) if recipe_overlap else None)
+    namespace = {"CommOverlapConfig": CommOverlapConfig, fn: lambda: recipe, "OVERRIDES": {},
+                 "apply_overrides": lambda cfg, overrides: cfg, "get_mixed_precision_config": lambda name: SimpleNamespace()}
+    exec(source[source.index("MIXED_PRECISION = "):source.index("def declares(")], namespace)
+    exec(source[source.index("def autopar_config("):source.index('if __name__ == "__main__":')], namespace)
+    return namespace["autopar_config"]().comm_overlap, CommOverlapConfig
+
+
+def test_bridge_keeps_the_recipes_comm_overlap_tuning():
+    """Megatron-Bridge 067f987 recipes/llama/h100/llama3.py llama3_70b_pretrain_config sets
+    CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192)
+    and the 405B recipe defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22; the launcher
+    replaced the object and lost them. It now sets only the plan's overlaps on the recipe's object."""
+    job = make_job(*GOLDEN_CASES["fp8_70b"])  # tp 4 with TP overlap, no EP
+    source = files(emit_bridge(job))["pretrain_megatron_bridge.py"]
+    tuned = lambda cls: cls(tp_comm_overlap=True, tp_comm_overlap_cfg="userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",  # noqa: E731
+                            defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22, delay_wgrad_compute=True)
+    overlap, _ = _run_autopar_config(source, tuned, "llama3_70b_pretrain_config")
+    assert overlap.tp_comm_overlap_cfg == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
+    assert (overlap.defer_embedding_wgrad_compute, overlap.wgrad_deferral_limit) == (True, 22)
+    assert (overlap.tp_comm_overlap, overlap.overlap_moe_expert_parallel_comm) == (True, False)
+    assert overlap.delay_wgrad_compute is False  # comm_overlap.py asserts EP overlap for it
+    # a plan without TP overlap turns the recipe's off; a recipe without a CommOverlapConfig gets one
+    off = make_job("llama3-70b", "dgx-h100", 64, 8192, 64, "tp=8,pp=2,tp_overlap=off,zero=1", "bf16", R4)
+    overlap, _ = _run_autopar_config(files(emit_bridge(off))["pretrain_megatron_bridge.py"], tuned, "llama3_70b_pretrain_config")
+    assert overlap.tp_comm_overlap is False and overlap.tp_comm_overlap_cfg == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
+    overlap, cls = _run_autopar_config(source, None, "llama3_70b_pretrain_config")
+    assert overlap == cls(tp_comm_overlap=True, overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False)

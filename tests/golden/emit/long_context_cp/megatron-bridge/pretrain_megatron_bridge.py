@@ -99,7 +99,14 @@ def autopar_config():
     # with them (distributed_data_parallel_config.py: 'Reuse grad buffer only when keeping params in MXFP8.')
     precision.reuse_grad_buf_for_mxfp8_param_ag = getattr(precision, "reuse_grad_buf_for_mxfp8_param_ag", False) and FP8_PARAM_GATHER
     cfg.mixed_precision = precision
-    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP, overlap_moe_expert_parallel_comm=EP_COMM_OVERLAP)
+    # the recipe's own CommOverlapConfig keeps its tuning (Llama-3 70B: a userbuffers tp_comm_overlap_cfg
+    # tuned for H100; Llama-3.1 405B: embedding wgrad deferral); only the overlaps the plan decides are set
+    overlap = cfg.comm_overlap if cfg.comm_overlap is not None else CommOverlapConfig(tp_comm_overlap=TP_COMM_OVERLAP)
+    overlap.tp_comm_overlap = TP_COMM_OVERLAP
+    overlap.overlap_moe_expert_parallel_comm = EP_COMM_OVERLAP
+    if not EP_COMM_OVERLAP:  # comm_overlap.py asserts EP overlap for delay_wgrad_compute
+        overlap.delay_wgrad_compute = False
+    cfg.comm_overlap = overlap
     return cfg
 
 
