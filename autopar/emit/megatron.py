@@ -21,7 +21,8 @@ from autopar.emit.common import (
     Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import (
-    GATED_FLAGS, MLA_YARN_FIXED, max_position_embeddings, mla_flags, mla_yarn_unexpressed, model_flags, moe_flags,
+    EXACT_GELU, GATED_FLAGS, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags, mla_yarn_unexpressed,
+    model_flags, moe_flags, plain_mlp_flags,
 )
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
@@ -283,8 +284,9 @@ def env_lines(job: EmitJob) -> list[str]:
 # the model from its recipe's provider (fields, not flags), so it does not take them over
 SINKS_RULE = "the model's softmax and GLU have pretrain_gpt.py flags"
 GATED_RULE = "a gated MLP is SwiGLU (--swiglu) or quick GeGLU (--quick-geglu)"
+PLAIN_MLP_RULE = "a non-gated MLP is GeLU (exact, or tanh with linear biases) or squared ReLU (--squared-relu)"
 MLA_ROPE_RULE = "MLA's RoPE is plain or YaRN with the flags' reach"
-CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, MLA_ROPE_RULE}
+CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE}
 
 
 def _model_checks(job: EmitJob, rules: Rules) -> None:
@@ -300,6 +302,16 @@ def _model_checks(job: EmitJob, rules: Rules) -> None:
                 "builds a gated MLP only as SwiGLU (--swiglu: silu) or quick GeGLU (--quick-geglu: x sigmoid(1.702 x)); "
                 "TransformerConfig.activation_func has no flag, so the run would train another activation",
                 "megatron/training/argument_utils.py core_transformer_config_from_args (d98e8a6)")
+    if not m.gated_mlp:
+        tanh_only = m.activation in TANH_GELU
+        rules.check(plain_mlp_flags(m) is not None, PLAIN_MLP_RULE,
+                    f"{m.name}: activation={m.activation} (HF hidden_act) with a non-gated MLP"
+                    + (" and no linear biases: Megatron-LM applies the tanh GeLU only in its bias-GeLU fusion, which "
+                       "arguments.py turns off without biases, leaving the exact F.gelu" if tanh_only else
+                       f": Megatron-LM builds {'/'.join(EXACT_GELU + TANH_GELU)} GeLU and {'/'.join(SQUARED_RELU)} "
+                       "(--squared-relu) only; TransformerConfig.activation_func has no flag, so the run would train GeLU")
+                    + "; --openai-gelu is parsed and read nowhere",
+                    "megatron/training/argument_utils.py core_transformer_config_from_args; core/transformer/mlp.py MLP.forward (d98e8a6)")
     scaling = m.rope_scaling
     if m.mla is not None and scaling is not None:
         fixed = mla_yarn_unexpressed(m)

@@ -92,6 +92,31 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
 
 # HF hidden_act names of squared ReLU (Nemotron-4 'squared_relu', Nemotron-H 'relu2'): Megatron --squared-relu
 SQUARED_RELU = ("squared_relu", "relu2")
+# The non-gated GeLU Megatron-LM d98e8a6's command line builds: activation_func F.gelu (exact, erf),
+# and bias_activation_fusion = --bias-gelu-fusion (on by default; arguments.py turns it off without
+# linear biases) (argument_utils.py core_transformer_config_from_args). With the fusion on, mlp.py
+# MLP.forward applies fusions/fused_bias_gelu.py bias_gelu, the tanh approximation; --openai-gelu
+# is parsed and read nowhere. HF ACT2FN names (transformers activations.py): 'gelu' is the exact
+# GELUActivation, 'gelu_new' / 'gelu_fast' / 'gelu_pytorch_tanh' the tanh approximation.
+EXACT_GELU = ("gelu",)
+TANH_GELU = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
+
+
+def plain_mlp_flags(m: ModelSpec) -> list[Group] | None:
+    """A non-gated MLP's activation as Megatron-LM flags, None when no flag builds it (check_megatron
+    refuses): squared ReLU is --squared-relu; GeLU exact or tanh as the bias fusion makes it: exact
+    without biases (no fusion) or with --no-bias-gelu-fusion, tanh with biases and the fusion (the
+    default). TransformerConfig refuses the fusion with squared ReLU ('When bias_activation_fusion is
+    True, activation function should be either gelu, swiglu, or quick_geglu'), so a biased squared
+    ReLU turns it off."""
+    no_fusion = [["--no-bias-gelu-fusion"]] if m.linear_bias else []
+    if m.activation in SQUARED_RELU:
+        return [["--squared-relu"], *no_fusion]
+    if m.activation in EXACT_GELU:
+        return no_fusion
+    if m.activation in TANH_GELU and m.linear_bias:
+        return []
+    return None
 # the gated MLPs Megatron-LM d98e8a6's command line builds (argument_utils.py
 # core_transformer_config_from_args): --swiglu sets F.silu, --quick-geglu quick_gelu (x sigmoid(1.702 x));
 # TransformerConfig.activation_func and gated_linear_unit have no flag (arguments.py excludes them)
@@ -154,8 +179,8 @@ def model_flags(job: EmitJob) -> list[Group]:
     if m.gated_mlp:
         if m.activation in GATED_FLAGS:  # check_megatron refuses the other gated activations
             out.append([GATED_FLAGS[m.activation]])
-    elif m.activation in SQUARED_RELU:
-        out.append(["--squared-relu"])
+    else:  # check_megatron refuses the activations no flag builds
+        out += plain_mlp_flags(m) or []
     if m.position_embedding == "rope":
         # GPTModel builds YarnRotaryEmbedding only for position_embedding_type 'yarn', and
         # argument_utils.py _apply_yarn_config_from_args reads the --yarn-* flags only then

@@ -51,6 +51,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, action="store_true")
     p.add_argument("--no-overlap-p2p-communication", dest="overlap_p2p_comm", action="store_false")
     p.add_argument("--disable-bias-linear", dest="add_bias_linear", action="store_false")
+    p.add_argument("--no-bias-gelu-fusion", dest="bias_gelu_fusion", action="store_false")
     p.add_argument("--cp-comm-type", nargs="+", default=["p2p"])
     p.add_argument("--hierarchical-context-parallel-sizes", nargs="+", type=int, default=None)
     p.add_argument("--pipeline-model-parallel-layout", default=None)

@@ -228,6 +228,11 @@ def _optimizer(ns: Namespace, r: Rules) -> None:
 
 
 def _precision_and_recompute(ns: Namespace, r: Rules) -> None:
+    # argument_utils.py: bias_activation_fusion = --bias-gelu-fusion (off without linear biases, AR)
+    # unless --swiglu; TC __post_init__ allows the fusion with gelu, swiglu or quick_geglu only
+    fused = ns.bias_gelu_fusion and ns.add_bias_linear and not ns.swiglu
+    r.check(not (ns.squared_relu and fused), "bias-activation fusion only with gelu, swiglu or quick_geglu",
+            "--squared-relu with linear biases and --bias-gelu-fusion (give --no-bias-gelu-fusion)", "TC")
     r.check(not (ns.bf16 and ns.fp16), "bf16 and fp16 are mutually exclusive", "--bf16 with --fp16", "AR")
     r.check(not (ns.fp8 and ns.fp4), "fp8 and fp4 are mutually exclusive", "--fp8-format with --fp4-format", "AR")
     r.check(not ns.fp4_param_gather or ns.fp4, "--fp4-param-gather requires --fp4-format", "", "AR")

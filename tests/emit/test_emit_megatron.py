@@ -189,6 +189,9 @@ BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", 
     (["--offload-modules", "core_attn"], None, "--offload-modules goes with --fine-grained-activation-offloading"),
     (["--fine-grained-activation-offloading", "--offload-modules", "experts"], None, "offload modules in {"),
     (["--fine-grained-activation-offloading", "--offload-modules", "layer_input"], None, "offload modules in {"),
+    # TransformerConfig.__post_init__ (d98e8a6): bias_activation_fusion with gelu, swiglu or quick_geglu
+    # only; --bias-gelu-fusion is on by default and Megatron-LM's default has linear biases
+    (["--squared-relu"], None, "bias-activation fusion only with gelu, swiglu or quick_geglu"),
 ])
 def test_validator_rules_on_arguments(extra, env, rule):
     assert any(rule in found for found in _check(BASE + extra, env=env))
@@ -520,3 +523,56 @@ def test_hybrid_cp_at_tp8_runs_ring_only():
     emit_megatron(job)  # Megatron's rules pass
     job = make_job("llama3-8b", "dgx-h100", 64, 65536, 16, "tp=2,cp=8,cp_algo=hybrid,zero=1,recompute=full")
     assert parse_megatron_argv(megatron_argv(job)).hierarchical_context_parallel_sizes == [4, 2]  # tp 2 x a2a 4 = a node
+
+
+@pytest.mark.parametrize("model, act, bias, flags", [
+    # openai-community/gpt2-xl activation_function gelu_new (tanh), linear biases: Megatron-LM's
+    # default bias-GeLU fusion (fused_bias_gelu.py bias_gelu) is the tanh approximation, no flag
+    ("gpt2-xl", "gelu_new", True, []),
+    # HF 'gelu' is exact (erf): with biases the default fusion would train tanh, so it is turned off
+    ("gpt3-175b", "gelu", True, ["--no-bias-gelu-fusion"]),
+    # no biases: arguments.py turns the fusion off and F.gelu (exact) runs
+    ("mpt-7b", "gelu", False, []),
+    ("nemotron4-340b", "squared_relu", False, ["--squared-relu"]),
+    # squared ReLU with biases: TransformerConfig refuses the bias-activation fusion with it
+    ("nemotron4-340b", "relu2", True, ["--squared-relu", "--no-bias-gelu-fusion"]),
+])
+def test_non_gated_activation_flags(model, act, bias, flags):
+    """The flags Megatron-LM d98e8a6 needs to train the model's non-gated activation
+    (argument_utils.py core_transformer_config_from_args; core/transformer/mlp.py MLP.forward)."""
+    import dataclasses
+    from autopar.emit.megatron_model import plain_mlp_flags
+
+    job = make_job(model, "dgx-h100", 64, 2048, 64, "tp=8,zero=1")
+    m = job.model.model_copy(update={"activation": act, "linear_bias": bias})
+    assert plain_mlp_flags(m) == [[f] for f in flags]
+    argv = megatron_argv(dataclasses.replace(job, model=m))
+    assert [a for a in argv if a in ("--squared-relu", "--no-bias-gelu-fusion", "--openai-gelu")] == flags
+
+
+@pytest.mark.parametrize("act, bias, why", [
+    ("gelu_new", False, "Megatron-LM applies the tanh GeLU only in its bias-GeLU fusion, which arguments.py turns off"),
+    ("relu", True, "TransformerConfig.activation_func has no flag, so the run would train GeLU"),
+    ("silu", False, "TransformerConfig.activation_func has no flag, so the run would train GeLU"),
+])
+def test_non_gated_activation_megatron_cannot_build_is_refused(act, bias, why):
+    # --openai-gelu is parsed (arguments.py) and read nowhere at d98e8a6 (megatron/core/transformer/utils.py
+    # openai_gelu is never called); relu and plain silu have no flag
+    import dataclasses
+    from autopar.emit.bridge import check_bridge
+
+    job = make_job("gpt3-175b", "dgx-h100", 64, 2048, 64, "tp=8,pp=8,zero=1")
+    job = dataclasses.replace(job, model=job.model.model_copy(update={"activation": act, "linear_bias": bias}))
+    with pytest.raises(RuleViolation, match=rf"\[a non-gated MLP is GeLU \(exact, or tanh with linear biases\) or squared ReLU "
+                                            rf"\(--squared-relu\)\] gpt3-175b: activation={act} \(HF hidden_act\) with a non-gated MLP"):
+        emit_megatron(job)
+    with pytest.raises(RuleViolation, match=why):
+        emit_megatron(job)
+    # Megatron-Bridge builds the MLP from its recipe's provider (Nemotron-H: activation_func squared_relu),
+    # and a recipe only for a preset's exact architecture, activation included (presets.architecture):
+    # another activation finds no recipe and is refused for the model, not by the CLI rule
+    from autopar.emit.bridge import RECIPE_RULE
+    nemo = make_job("nemotron-h-8b", "dgx-h100", 16, 8192, 256, "tp=2,sp=on,zero=1")
+    assert not check_bridge(nemo)[0].found
+    relu = dataclasses.replace(nemo, model=nemo.model.model_copy(update={"activation": "relu"}))
+    assert [v.rule for v in check_bridge(relu)[0].found] == [RECIPE_RULE]
