@@ -21,8 +21,8 @@ from autopar.emit.common import (
     Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import (
-    EXACT_GELU, GATED_FLAGS, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags, mla_yarn_unexpressed,
-    model_flags, moe_flags, plain_mlp_flags,
+    EXACT_GELU, GATED_FLAGS, LLAMA3_FIXED, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags,
+    mla_yarn_unexpressed, model_flags, moe_flags, plain_mlp_flags, rope_scaling_unexpressed,
 )
 from autopar.emit.megatron_rules import validate_megatron
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
@@ -286,7 +286,8 @@ SINKS_RULE = "the model's softmax and GLU have pretrain_gpt.py flags"
 GATED_RULE = "a gated MLP is SwiGLU (--swiglu) or quick GeGLU (--quick-geglu)"
 PLAIN_MLP_RULE = "a non-gated MLP is GeLU (exact, or tanh with linear biases) or squared ReLU (--squared-relu)"
 MLA_ROPE_RULE = "MLA's RoPE is plain or YaRN with the flags' reach"
-CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE}
+ROPE_SCALING_RULE = "RoPE scaling is llama3 (low 1, high 4, original 8192), linear by an integer factor, or YaRN"
+CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE}
 
 
 def _model_checks(job: EmitJob, rules: Rules) -> None:
@@ -312,6 +313,17 @@ def _model_checks(job: EmitJob, rules: Rules) -> None:
                        "(--squared-relu) only; TransformerConfig.activation_func has no flag, so the run would train GeLU")
                     + "; --openai-gelu is parsed and read nowhere",
                     "megatron/training/argument_utils.py core_transformer_config_from_args; core/transformer/mlp.py MLP.forward (d98e8a6)")
+    unexpressed = rope_scaling_unexpressed(m)
+    if unexpressed:
+        given = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in
+                          {"type": m.rope_scaling.type, **unexpressed}.items())
+        rules.check(False, ROPE_SCALING_RULE,
+                    f"{m.name}: rope_scaling {given}: Megatron-LM builds llama3 scaling with only its factor settable "
+                    f"(--use-rope-scaling --rope-scaling-factor; {', '.join(f'{k} {v:g}' for k, v in LLAMA3_FIXED.items())}), "
+                    "linear scaling by an integer --rotary-seq-len-interpolation-factor, and YaRN "
+                    "(--position-embedding-type yarn); the run would train another position encoding",
+                    "megatron/training/arguments.py --use-rope-scaling, --rotary-seq-len-interpolation-factor; "
+                    "core/models/common/embeddings/rotary_pos_embedding.py _apply_scaling (d98e8a6)")
     scaling = m.rope_scaling
     if m.mla is not None and scaling is not None:
         fixed = mla_yarn_unexpressed(m)

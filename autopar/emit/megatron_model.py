@@ -64,6 +64,30 @@ def _mla_rope_flags(m: ModelSpec) -> list[Group]:
     return out
 
 
+# Megatron-LM d98e8a6's non-MLA RoPE scaling: --use-rope-scaling applies llama3 scaling with only the
+# factor from --rope-scaling-factor, the rest _apply_scaling's defaults (rotary_pos_embedding.py);
+# --rotary-seq-len-interpolation-factor (an int flag, arguments.py) divides the positions (linear);
+# --position-embedding-type yarn with --rotary-scaling-factor / --mscale* / --yarn-* builds YaRN.
+# Other HF types (dynamic, longrope, mrope, ...) have no flag: check_megatron refuses them.
+LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+ROPE_SCALING_TYPES = ("llama3", "linear", "yarn")
+
+
+def rope_scaling_unexpressed(m: ModelSpec) -> dict[str, object]:
+    """A non-MLA model's RoPE scaling values Megatron-LM's flags cannot set (field -> HF value)."""
+    scaling = m.rope_scaling
+    if m.mla is not None or scaling is None or m.position_embedding != "rope":
+        return {}
+    if scaling.type not in ROPE_SCALING_TYPES:
+        return {"type": scaling.type}
+    if scaling.type == "llama3":
+        given = {k: getattr(scaling, k) for k in LLAMA3_FIXED}
+        return {k: v for k, v in given.items() if v is not None and v != LLAMA3_FIXED[k]}
+    if scaling.type == "linear" and scaling.factor != int(scaling.factor):
+        return {"factor": scaling.factor}
+    return {}
+
+
 def _rope_flags(m: ModelSpec) -> list[Group]:
     out: list[Group] = []
     if m.rope_theta is not None:
@@ -73,8 +97,10 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
     scaling = m.rope_scaling
     if scaling is None:
         return out
-    if scaling.type == "llama3":  # Megatron's llama3 scaling: factor given, low/high 1/4, original 8192
+    if scaling.type == "llama3":  # Megatron's llama3 scaling: factor given, the rest LLAMA3_FIXED
         out += [["--use-rope-scaling"], ["--rope-scaling-factor", f"{scaling.factor:g}"]]
+    elif scaling.type == "linear":  # RotaryEmbedding divides the positions by the factor, as HF's linear type
+        out.append(["--rotary-seq-len-interpolation-factor", f"{scaling.factor:g}"])
     elif scaling.type == "yarn":
         out += [["--rotary-scaling-factor", f"{scaling.factor:g}"]]
         if scaling.mscale is not None:

@@ -17,7 +17,9 @@ import types
 from pathlib import Path
 from unittest import mock
 
-from fw_megatron import chunk_layers, hybrid_values, layers_per_rank, megatron_process, pattern_moe_layers, recompute_per_rank
+from fw_megatron import (
+    chunk_layers, hybrid_values, layers_per_rank, megatron_process, pattern_moe_layers, recompute_per_rank, rope_scaling_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HF_REPOS = {  # recipe's hub id -> preset file (profiles/models/SOURCES.md names the hub file)
@@ -131,6 +133,9 @@ def resolve_bridge(folder: Path, job, hub: Path) -> dict:
         "zero": ({"optim_grads": 2, "optim_grads_params": 3}.get(cfg.ddp.data_parallel_sharding_strategy, 1)
                  if cfg.ddp.use_megatron_fsdp else int(bool(cfg.ddp.use_distributed_optimizer))),
     }
+    if m.position_embedding_type in ("rope", "yarn"):  # the recipe provider's RoPE, as Megatron-LM's args
+        out["rope_scaling"] = rope_scaling_of(m.position_embedding_type, m, getattr(m, "rope_scaling", False),
+                                              getattr(m, "seq_len_interpolation_factor", None))
     if m.fp8:  # the mixed-precision recipe applied onto the provider (TransformerConfig fp8_recipe)
         out["fp8_recipe"] = getattr(m.fp8_recipe, "value", m.fp8_recipe)
         out["fp8_bf16_end_layers"] = bool(m.first_last_layers_bf16)

@@ -176,6 +176,9 @@ def resolve_megatron(folder, job) -> dict:
         "recompute": granularity, "recompute_layers": recomputed, "schedule": "interleaved" if vpp > 1 else "1f1b",
         "zero": zero,
     }
+    if args.position_embedding_type in ("rope", "yarn"):
+        out["rope_scaling"] = rope_scaling_of(args.position_embedding_type, config, args.use_rope_scaling,
+                                              args.rotary_seq_len_interpolation_factor)
     if args.fp8:  # Megatron's 'tensorwise' is TE per-tensor current scaling (fp8_utils.py get_fp8_recipe)
         out["fp8_recipe"] = getattr(config.fp8_recipe, "value", config.fp8_recipe)
         out["fp8_bf16_end_layers"] = bool(config.first_last_layers_bf16)
@@ -186,6 +189,17 @@ def resolve_megatron(folder, job) -> dict:
     if args.num_experts:
         out.update(moe_values(args, config, mtp))
     return out
+
+
+def rope_scaling_of(position_embedding_type: str, config, llama3: bool, interpolation) -> str | None:
+    """The RoPE scaling Megatron Core builds, in HF's names: MLA its own RoPE (MLATransformerConfig
+    rope_type), GPTModel YarnRotaryEmbedding for 'yarn', RotaryEmbedding with llama3 scaling
+    (rope_scaling) or position interpolation (seq_len_interpolation_factor)."""
+    if config.multi_latent_attention:
+        return "yarn" if config.rope_type == "yarn" else None
+    if position_embedding_type == "yarn":
+        return "yarn"
+    return "llama3" if llama3 else "linear" if interpolation else None
 
 
 def hybrid_values(pattern: str, config) -> dict:

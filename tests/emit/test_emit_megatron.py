@@ -576,3 +576,38 @@ def test_non_gated_activation_megatron_cannot_build_is_refused(act, bias, why):
     assert not check_bridge(nemo)[0].found
     relu = dataclasses.replace(nemo, model=nemo.model.model_copy(update={"activation": "relu"}))
     assert [v.rule for v in check_bridge(relu)[0].found] == [RECIPE_RULE]
+
+
+def test_linear_rope_scaling_is_position_interpolation(tmp_path):
+    # HF rope_type linear divides the positions by the factor; Megatron-LM d98e8a6
+    # --rotary-seq-len-interpolation-factor (an int flag, arguments.py) does the same in RotaryEmbedding
+    # (rotary_pos_embedding.py: seq *= 1 / seq_len_interpolation_factor)
+    linear = _hf_model(tmp_path, "llama-linear", model_type="llama", rope_scaling={"rope_type": "linear", "factor": 4.0})
+    text = " ".join(megatron_argv(make_job(linear, "dgx-h100", 16, 4096, 64, "tp=2,zero=1")))
+    assert "--position-embedding-type rope --rotary-base 10000 --rotary-seq-len-interpolation-factor 4" in text
+    assert "--use-rope-scaling" not in text
+
+
+@pytest.mark.parametrize("scaling, given", [
+    # no flag builds these HF types (rotary_pos_embedding.py has llama3 scaling and interpolation only)
+    ({"rope_type": "dynamic", "factor": 2.0}, "type=dynamic"),
+    ({"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 4096}, "type=longrope"),
+    # --rotary-seq-len-interpolation-factor is an int
+    ({"rope_type": "linear", "factor": 1.5}, "type=linear, factor=1.5"),
+    # --use-rope-scaling takes the factor only; _apply_scaling fixes low 1, high 4, original 8192
+    ({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 4096}, "type=llama3, original_max_position_embeddings=4096"),
+])
+def test_rope_scaling_megatron_cannot_build_is_refused(tmp_path, scaling, given):
+    from autopar.emit.megatron import ROPE_SCALING_RULE
+    model = _hf_model(tmp_path, "scaled", model_type="llama", rope_scaling=scaling)
+    with pytest.raises(RuleViolation, match=rf"\[{ROPE_SCALING_RULE.replace('(', '.').replace(')', '.')}\] scaled: rope_scaling {given}:"):
+        emit_megatron(make_job(model, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+
+
+def test_llama3_rope_scaling_with_megatrons_fixed_values_is_built():
+    # meta-llama/Llama-3.1-405B rope_scaling: llama3 factor 8, low 1, high 4, original 8192 -- the values
+    # rotary_pos_embedding.py _apply_scaling fixes, so --use-rope-scaling --rope-scaling-factor 8 builds it
+    text = " ".join(megatron_argv(make_job(*GOLDEN_CASES["gqa_sp"])))
+    assert "--use-rope-scaling --rope-scaling-factor 8" in text
+    emit_megatron(make_job(*GOLDEN_CASES["gqa_sp"]))
