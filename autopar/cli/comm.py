@@ -23,7 +23,7 @@ def _sizes(text: str) -> list[int]:
     lo_text, sep, hi_text = text.partition(":")
     if not sep:
         raise InputError("sizes", text, "must be MIN:MAX, e.g. 1M:16G")
-    lo, hi = parse_count(lo_text, "sizes", binary=True), parse_count(hi_text, "sizes", binary=True)
+    lo, hi = parse_count(lo_text, "sizes", binary=True, size_bytes=True), parse_count(hi_text, "sizes", binary=True, size_bytes=True)
     if hi < lo:
         raise InputError("sizes", text, "MAX must not be below MIN")
     out = [lo]
@@ -100,7 +100,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
         params = with_calibration(load_cost_params(), load_calibration_profile(calibration_path))
     else:
         params = params_for_cluster(cluster)
-    sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True)]
+    sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True, size_bytes=True)]
     rows = [predict(collective, s, group, cluster, params, algorithm, protocol) for s in sizes]
     if as_json:
         click.echo(dump_json(rows if sizes_text else rows[0]), nl=False)

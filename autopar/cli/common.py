@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -20,7 +21,11 @@ from autopar.limits import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
 if TYPE_CHECKING:
     from autopar.specs import ClusterSpec, ModelSpec, TrainingSpec
 
-_SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+# K/M/G/T and B (billion, as in "4B tokens": the same as G) for counts; Ki/Mi/Gi/Ti are always
+# powers of two. A byte size reads a trailing B as bytes instead (16MB, 1GiB).
+_SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+_BINARY = {"k": "ki", "m": "mi", "g": "gi", "b": "gi", "t": "ti"}
+_NUMBER = re.compile(r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(?P<suffix>[a-z]*)")
 
 # The values of autopar.specs.Precision and solvers.base.Objective, spelled here so that --help
 # needs neither pydantic nor numpy (tests/cli/test_lazy.py checks they agree).
@@ -44,23 +49,26 @@ DEFAULT_MAX_SEQ_LEN = 8192
 DEFAULT_BATCH_TOKENS = 2**22
 
 
-def parse_count(value: str, field: str, binary: bool = False, maximum: float | None = None) -> int:
-    """'16M' -> 16_000_000, '1Gi' -> 2**30, '4096' -> 4096 (a trailing B is ignored).
-    binary=True reads K/M/G/T as powers of two, the ML convention for token batches
-    ('16M tokens' = 2048 x 8192 = 16,777,216)."""
-    text = str(value).strip().lower().removesuffix("b")
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if text.endswith(suffix):
-            number, scale = text[: -len(suffix)], _SUFFIX[suffix]
-            if binary and not suffix.endswith("i"):
-                scale = _SUFFIX[suffix + "i"]
-            break
-    else:
-        number, scale = text, 1
-    try:
-        result = float(number) * scale
-    except ValueError:
-        raise InputError(field, value, "must be a number with an optional K/M/G/T or Ki/Mi/Gi suffix") from None
+def parse_count(value: str, field: str, binary: bool = False, maximum: float | None = None, size_bytes: bool = False) -> int:
+    """'16M' -> 16_000_000, '4B' -> 4_000_000_000, '1Gi' -> 2**30, '4096' -> 4096.
+    binary=True reads K/M/G/B/T as powers of two, the ML convention for token batches
+    ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32). size_bytes=True reads a trailing B
+    as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion. Any other suffix is refused by name."""
+    text = str(value).strip().lower()
+    if size_bytes and text.endswith("b"):
+        text = text[:-1]
+    match = _NUMBER.fullmatch(text)
+    if match is None:
+        try:  # nan, inf, 1e400: a number, but not a count
+            float(text)
+        except ValueError:
+            raise InputError(field, value, f"must be a number with an optional {_suffixes(size_bytes, binary)} suffix") from None
+        raise InputError(field, value, "must be a positive, finite number")
+    number, suffix = match["number"], match["suffix"]
+    if suffix and suffix not in _SUFFIX:
+        raise InputError(field, value, f"unknown suffix {suffix.upper()!r}; use {_suffixes(size_bytes, binary)}")
+    scale = _SUFFIX[_BINARY.get(suffix, suffix) if binary else suffix] if suffix else 1
+    result = float(number) * scale
     if not math.isfinite(result):
         raise InputError(field, value, "must be a positive, finite number")
     if result <= 0 or result != int(result):
@@ -68,6 +76,12 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
     if maximum is not None and result > maximum:
         raise InputError(field, value, f"must be at most {int(maximum):,}")
     return int(result)
+
+
+def _suffixes(size_bytes: bool, binary: bool) -> str:
+    if size_bytes:
+        return "K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)"
+    return f"K/M/G/T or B (= G{', powers of two' if binary else ', billion'}) or Ki/Mi/Gi/Ti"
 
 
 def model_cluster_options(f: Callable) -> Callable:
@@ -100,7 +114,8 @@ def training_options(f: Callable) -> Callable:
                           "on in Megatron-Bridge's FP8 recipes; torchao enable_fsdp_float8_all_gather)")(f)
     f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
     f = click.option("--global-batch-tokens", default=None,
-                     help="Global batch in tokens; K/M/G are powers of two (16M = 16,777,216); alternative to --global-batch. "
+                     help="Global batch in tokens; K/M/G/T are powers of two, B (billion) the same as G "
+                          "(16M = 16,777,216; 4B = 4,294,967,296); alternative to --global-batch. "
                           "Default: about 4M tokens, a power of two sequences")(f)
     f = click.option("--global-batch", type=int, default=None, help="Global batch in sequences")(f)
     f = click.option("--seq-len", type=int, default=None,

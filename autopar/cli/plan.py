@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the planner (numpy, OR-Tools) loads when the command runs, 
     from solvers.planner import PlanReport, PlanRequest
 
 _DECIMAL = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
+_BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "b": 2**30, "t": 2**40}  # batch tokens: B (billion) reads as G
 _DAYS = {"d": 1.0, "h": 1 / 24, "w": 7.0}
 
 
@@ -36,7 +37,7 @@ def parse_amount(value: str, field: str) -> float:
 
 
 def parse_tokens_binary(value: str, field: str) -> int:
-    """Batch sizes: K/M/G are powers of two (16M = 16,777,216), as in `autopar search`."""
+    """Batch sizes: K/M/G/T are powers of two, B the same as G (16M = 16,777,216), as in `autopar search`."""
     try:
         return parse_count(value, field, binary=True)
     except (ValueError, OverflowError) as exc:  # nan, inf: int() of them fails inside parse_count
@@ -46,10 +47,14 @@ def parse_tokens_binary(value: str, field: str) -> int:
 
 
 def parse_batch_bound(value: str, field: str) -> float:
-    """A batch bound in tokens, K/M/G powers of two as for batches, fractions allowed (67.5M)."""
-    text = str(value).strip().lower().removesuffix("b")
-    scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}.get(text[-1:], 1)
-    return parse_amount(text[:-1] if scale > 1 else text, field) * scale
+    """A batch bound in tokens, K/M/G/T powers of two as for batches and B (billion) the same as G,
+    fractions allowed (67.5M, 4B = 4 x 2**30)."""
+    text = str(value).strip().lower()
+    scale = _BINARY.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    if number[-1:].isalpha():  # '16MB' is not 16M x 2**30 tokens
+        raise InputError(field, value, f"unknown suffix {text.lstrip('0123456789.+-').upper()!r}; use K/M/G/T or B (= G), powers of two")
+    return parse_amount(number, field) * scale
 
 
 def parse_noise(text: str | None) -> tuple[float, float] | None:
@@ -201,11 +206,11 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--gpus", "gpus_text", default=None,
               help="GPU counts: LOW:HIGH (powers of two times LOW) or a list 1024,2048; default: 1/16 of the preset's size to its size")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")
-@click.option("--batch-tokens", default=None, help="Global batches to search, e.g. 8M,16M (K/M/G powers of two); default: the grid below the critical batch")
+@click.option("--batch-tokens", default=None, help="Global batches to search, e.g. 8M,16M (K/M/G/T powers of two, B = G); default: the grid below the critical batch")
 @click.option("--batches", type=int, default=1, show_default=True,
               help="Grid batches per GPU count: the K largest 2^k or 3x2^k sequences under the critical batch")
 @click.option("--critical-batch-tokens", default=None,
-              help="Upper bound on the global batch, tokens (K/M/G powers of two); default: DeepSeek LLM's fitted B_opt(C)")
+              help="Upper bound on the global batch, tokens (K/M/G/T powers of two, B = G); default: DeepSeek LLM's fitted B_opt(C)")
 @click.option("--gradient-noise", default=None,
               help="Measured gradient noise TRACE/NORM2 (tr Sigma / |G|^2 per sequence): critical batch B* = TRACE/NORM2 sequences")
 @click.option("--ramp", default=None,

@@ -164,7 +164,7 @@ def _progress(as_json: bool):
               help="How many distinct plans to rank (equal-cost variants fold under their row)")
 @click.option("--solver", type=click.Choice(["auto", "cpsat", "exhaustive"]), default="auto", show_default=True)
 @click.option("--fix", "fix_text", default=None, help="Pin dimensions, e.g. tp=8,pp=16")
-@click.option("--max-gbs-tokens", default=None, help="Critical batch size: reject a given global batch above this many tokens; "
+@click.option("--max-gbs-tokens", default=None, help="Critical batch size: reject a given global batch above this many tokens (suffixes as --global-batch-tokens); "
               "without a batch, the default batch stays under it")
 @click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain")
 @click.option("--stage-layouts", is_flag=True, help="Also search the first/last pipeline stages' layer counts")

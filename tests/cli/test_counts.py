@@ -1,0 +1,54 @@
+"""Counts and sizes on the command line (autopar/cli/common.py parse_count): K/M/G/T and B
+(billion, as in "4B tokens") for counts, powers of two for token batches, a trailing B as bytes
+for byte sizes, and an unknown suffix refused by name."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from autopar.cli import main
+from autopar.cli.common import parse_count
+from autopar.cli.plan import parse_batch_bound
+from autopar.errors import InputError
+
+
+@pytest.mark.parametrize("text, kwargs, expected", [
+    ("4B", {}, 4_000_000_000),                                    # B = billion = G, decimal
+    ("4G", {}, 4_000_000_000),
+    ("16M", {}, 16_000_000),
+    ("4B", {"binary": True}, 4 * 2**30),                          # batch tokens: B = G = 2**30
+    ("16M", {"binary": True}, 16_777_216),
+    ("1Gi", {}, 2**30),
+    ("16MB", {"binary": True, "size_bytes": True}, 16 * 2**20),  # a byte size: the B is bytes
+    ("4B", {"binary": True, "size_bytes": True}, 4),
+    ("1e3", {}, 1000),
+])
+def test_suffixes(text, kwargs, expected):
+    assert parse_count(text, "f", **kwargs) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("16Q", "f='16Q': unknown suffix 'Q'; use K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti"),
+    ("16MB", "f='16MB': unknown suffix 'MB'; use K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti"),
+    ("nan", "f='nan': must be a positive, finite number"),
+    ("abc", "f='abc': must be a number with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix"),
+])
+def test_bad_counts_name_the_rule(text, message):
+    with pytest.raises(InputError) as err:
+        parse_count(text, "f", binary=True)
+    assert str(err.value) == message
+
+
+def test_plan_batch_bound_reads_b_as_g():
+    assert parse_batch_bound("4B", "critical-batch-tokens") == 4 * 2**30
+    with pytest.raises(InputError, match=r"critical-batch-tokens='16MB': unknown suffix 'MB'"):
+        parse_batch_bound("16MB", "critical-batch-tokens")
+
+
+def test_global_batch_tokens_4b_is_four_billion_tokens():
+    # '4B' was read as 4 tokens ("must be a multiple of seq-len=4096"); now 2**32 tokens = 2**20 sequences
+    r = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096",
+                                  "--global-batch-tokens", "4B", "--plan", "tp=8", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"num_microbatches": 1048576' in r.stdout  # tp=8 on 8 GPUs: dp=1, mbs=1
