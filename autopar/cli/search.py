@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import click
+from click.core import ParameterSource
 
 from autopar.cli import main
 from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, check_stage_layout, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
@@ -176,7 +177,7 @@ def _progress(as_json: bool):
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the results JSON here (atomically)")
 @click.option("--emit", "emit_format", type=click.Choice(FRAMEWORKS), default=None,
               help="Write the launcher of the best plan; implies --framework (the plan is the best one the framework runs)")
-@click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes")
+@click.option("--emit-dir", type=click.Path(file_okay=False), default="launch", show_default=True, help="Where --emit writes (only with --emit)")
 @click.option("--per-stage/--no-per-stage", default=True, show_default=True,
               help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
 @click.option("--per-stage-cores", type=int, default=PER_STAGE_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
@@ -198,6 +199,10 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     from solvers import Objective, SearchRequest, run_search
     from solvers.stage_search import PerStageOptions
 
+    # --emit picks the framework, and so the plans ranked (it implies --framework): no emitter is
+    # chosen for the user, and an --emit-dir alone wrote nothing and said nothing
+    if emit_format is None and click.get_current_context().get_parameter_source("emit_dir") is not ParameterSource.DEFAULT:
+        raise InputError("emit-dir", emit_dir, f"is where --emit writes; give --emit {'|'.join(FRAMEWORKS)} too (nothing is written without it)")
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
     critical = parse_count(max_gbs_tokens, "max-gbs-tokens", binary=True) if max_gbs_tokens else None

@@ -99,6 +99,9 @@ def test_fix_pins_dimensions():
         # seq_length 2048 for every plan, so the search says so at once instead of ranking 20,000 plans
         (["--model", "gpt2-xl", "--cluster", "dgx-h100", "--seq-len", "2048", "--global-batch", "8", "--framework", "megatron"],
          "seq-len=2048: exceeds gpt2-xl's learned position table (max_position_embeddings=1024"),
+        # --emit-dir alone wrote nothing and said nothing; the default folder given explicitly counts too
+        (["--model", "gpt2-xl", "--cluster", "dgx-h100", "--seq-len", "1024", "--global-batch", "8", "--emit-dir", "launch"],
+         "emit-dir='launch': is where --emit writes; give --emit megatron|deepspeed|torchtitan|megatron-bridge too (nothing is written without it)"),
     ],
 )
 def test_bad_input_is_one_line(args, fragment):
