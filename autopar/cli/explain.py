@@ -3,10 +3,20 @@ of the two estimates' step-time breakdowns (and memory) account for the gap."""
 
 from __future__ import annotations
 
+from enum import Enum
+
 from autopar.specs.plan import Plan
 from autopar.specs.results import RankedPlan
 
 TERMS_SHOWN = 3  # largest time differences listed
+
+
+# Plan fields whose null default resolves from other fields: compared as the plan runs them
+RESOLVED = {"sp": "sequence_parallel", "tp_overlap": "tp_comm_overlap", "etp": "expert_tp", "schedule": "pipeline_schedule",
+            "reshard": "reshard_after_forward", "grad_sync": "gradient_sync"}
+# dp is left out: it is N / (tp cp pp) on the one GPU count both plans share, so it differs only
+# when those degrees do; null (derived) and an explicit equal value would read as a difference
+NOT_COMPARED = ("dp",)
 
 
 def plan_differences(best: Plan, other: Plan) -> list[str]:
@@ -16,15 +26,29 @@ def plan_differences(best: Plan, other: Plan) -> list[str]:
 
 
 def _resolved(plan: Plan) -> dict[str, object]:
-    """The values a plan runs with: defaults resolved, enums as their text."""
-    values = {
-        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "etp": plan.expert_tp, "vpp": plan.vpp, "mbs": plan.mbs,
-        "zero": plan.zero, "recompute": plan.recompute.value, "sp": "on" if plan.sequence_parallel else "off",
-        "schedule": plan.pipeline_schedule.value, "cp_algo": plan.cp_algo.value if plan.cp > 1 else "-",
-        "order": plan.order.value, "first": plan.first_stage_layers, "last": plan.last_stage_layers,
-        "recompute_layers": plan.recompute_num_layers, "shard": plan.zero_shard_size,
-    }
-    return {k: ("-" if v is None else v) for k, v in values.items()}
+    """Every field of the plan language as the plan runs with it: defaults resolved, values in
+    their text form (on/off, enum text, modules joined by +, stage counts by /), '-' for none
+    and for a value the plan does not use (cp_algo without cp, reshard without ZeRO-3)."""
+    unused = {"cp_algo": plan.cp == 1, "reshard": plan.zero != 3}
+    values = {}
+    for field in Plan.model_fields:
+        if field in NOT_COMPARED:
+            continue
+        value = None if unused.get(field) else getattr(plan, RESOLVED.get(field, field))
+        values[field] = _text(value)  # the key as Plan.text() writes it, so it reads against the plan column
+    return values
+
+
+def _text(value: object) -> object:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return ("+" if value and isinstance(value[0], Enum) else "/").join(str(_text(v)) for v in value)
+    return value
 
 
 def variant_hint(ranked: RankedPlan) -> str:
@@ -51,7 +75,7 @@ def why_best(best: RankedPlan, runner_up: RankedPlan) -> list[str]:
     """Lines under the best plan's table."""
     a, b = best.estimate, runner_up.estimate
     gap = b.step_seconds - a.step_seconds
-    differs = ", ".join(plan_differences(best.plan, runner_up.plan)) or "stage layout only"
+    differs = ", ".join(plan_differences(best.plan, runner_up.plan)) or "no plan key"  # every field is compared: the stage layout is first_stage_layers, last_stage_layers, layout
     if gap == 0.0:  # an exact tie ranks the lower peak memory first (solvers.base.rank_order)
         less = " and less memory" if a.memory_bytes_per_gpu < b.memory_bytes_per_gpu else ""
         lines = [f"  why it is above rank 2: the same step time{less}; differs in {differs}"]

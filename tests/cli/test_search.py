@@ -256,7 +256,7 @@ def test_an_exact_tie_is_explained_by_memory_not_by_a_zero_gap():
     a, b = plans[0]["estimate"], plans[1]["estimate"]
     assert a["step_seconds"] == b["step_seconds"] and a["memory_bytes_per_gpu"] < b["memory_bytes_per_gpu"]
     out = run(args).output
-    assert "why it is above rank 2: the same step time and less memory; differs in zero=2 (vs 1)" in out
+    assert "why it is above rank 2: the same step time and less memory; differs in zero=2 (vs 1), grad_sync=microbatch (vs step)" in out
     assert "0.000 s per step faster" not in out
 
 
