@@ -11,6 +11,13 @@ MAX_SEQ_LEN = 2**24
 MAX_TOKENS_PER_STEP = 2**32
 """4.3e9 tokens per optimizer step; DeepSeek-V3's largest global batch was 15,360 x 4,096 = 63M."""
 
+MAX_NIC_GB_PER_S_PER_GPU = 100.0
+"""100 GB/s = 800 Gb/s of scale-out NIC per GPU: one ConnectX-8 SuperNIC (up to 800 Gb/s, NVIDIA's
+ConnectX-8 SuperNIC datasheet) per GPU, the fastest NIC shipping (DGX B300, GB300 NVL72:
+profiles/clusters/dgx-b300.yaml, gb300-nvl72.yaml). Unlike the other limits it is the largest real
+value itself, not a multiple: the typo it catches, a NIC's Gb/s (bits) typed into the GB/s field
+(400 for ConnectX-7's 50 GB/s), is 8x too large. Raise it when a faster NIC ships."""
+
 MAX_TOP_K = 1000
 """Plans one search ranks; each ranked plan is fully estimated and printed."""
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
-from autopar.limits import MAX_GPUS
+from autopar.limits import MAX_GPUS, MAX_NIC_GB_PER_S_PER_GPU
 from autopar.specs._base import StrictModel
 from autopar.specs._files import looks_like_path, preset_files, read_mapping
 
@@ -163,7 +163,8 @@ class ClusterSpec(_Strict):
     gpus_per_node: int = Field(gt=0, description="GPUs per node = NVLink domain (72 for NVL72)")
     num_nodes: int = Field(gt=0, description="Nodes in the cluster")
     intra_node: IntraNode = Field(description="Links inside a node")
-    nic_gb_per_s_per_gpu: float = Field(ge=0, description="Scale-out NIC bandwidth per GPU per direction, GB/s")
+    nic_gb_per_s_per_gpu: float = Field(ge=0, description="Scale-out NIC bandwidth per GPU per direction, GB/s (bytes: a 400 Gb/s NIC is 50); "
+                                        "at most autopar.limits.MAX_NIC_GB_PER_S_PER_GPU")
     tiers: list[NetworkTier] = Field(default_factory=list, description="Fabric tiers above the node, innermost first")
     sharp: bool = Field(False, description="InfiniBand SHARP in-network reduction available")
     price_usd_per_gpu_hour: float | None = Field(None, ge=0, description="Price per GPU-hour, USD")
@@ -196,6 +197,10 @@ class ClusterSpec(_Strict):
     def _check(self) -> "ClusterSpec":
         if self.num_nodes > 1 and self.nic_gb_per_s_per_gpu <= 0:
             raise ValueError(f"num_nodes={self.num_nodes} needs nic_gb_per_s_per_gpu > 0")
+        if self.nic_gb_per_s_per_gpu > MAX_NIC_GB_PER_S_PER_GPU:
+            nic = self.nic_gb_per_s_per_gpu
+            raise ValueError(f"nic_gb_per_s_per_gpu={nic:g}: exceeds {MAX_NIC_GB_PER_S_PER_GPU:g} GB/s, an 800 Gb/s ConnectX-8 per GPU "
+                             f"(the fastest NIC shipping); the field is GB/s (bytes): a {nic:g} Gb/s NIC is {nic / 8:g} GB/s (divide by 8)")
         for inner, outer in zip(self.tiers, self.tiers[1:]):
             if outer.num_nodes <= inner.num_nodes:
                 raise ValueError(f"tiers.{outer.name}.num_nodes={outer.num_nodes}: tiers go innermost first, so it must exceed "

@@ -80,3 +80,17 @@ def test_unit_slips_in_a_cluster_file_are_refused():
         _superpod(gpu={**gpu, "peak_tflops": {**gpu["peak_tflops"], "bf16": 989e12}})
     with pytest.raises(InputError, match=r"^cluster.gpu.architecture='quantum': Input should be 'volta', 'ampere', 'ada', 'hopper' or 'blackwell'"):
         _superpod(gpu={**gpu, "architecture": "quantum"})
+
+
+@pytest.mark.parametrize("nic, ok", [(400, False), (800, False), (100.5, False), (100, True), (50, True)])
+def test_nic_rate_in_gb_per_s_not_gbit(nic, ok):
+    """A NIC's Gb/s typed into nic_gb_per_s_per_gpu (ConnectX-7: 400 Gb/s = 50 GB/s) is above the
+    fastest NIC shipping, ConnectX-8's 800 Gb/s = 100 GB/s per GPU (autopar.limits)."""
+    from autopar.errors import InputError
+    if ok:
+        assert _superpod(nic_gb_per_s_per_gpu=nic).nic_gb_per_s_per_gpu == nic
+        return
+    with pytest.raises(InputError) as err:
+        _superpod(nic_gb_per_s_per_gpu=nic)
+    assert str(err.value) == (f"cluster.nic_gb_per_s_per_gpu={nic:g}: exceeds 100 GB/s, an 800 Gb/s ConnectX-8 per GPU (the fastest NIC "
+                              f"shipping); the field is GB/s (bytes): a {nic:g} Gb/s NIC is {nic / 8:g} GB/s (divide by 8)")
