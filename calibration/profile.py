@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from autopar.errors import InputError, ProfileNotFound
-from autopar.specs.costparams import CalibrationProfile, GemmCalibration
+from autopar.specs.costparams import CalibrationProfile, GemmCalibration, describe_gpu_kind, gpu_kind
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.hardware import load_gpu
 from calibration.nccl_log import NcclLog
@@ -45,9 +45,33 @@ def existing_profile(path: str | Path) -> CalibrationProfile | None:
         raise InputError("out", str(path), f"exists and is not a calibration profile ({type(exc).__name__}); choose another path") from None
 
 
+def check_log_gpus(logs: list[NcclLog], gpu: str | None, cluster: ClusterSpec | None) -> None:
+    """One profile is one kind of GPU (costparams.gpu_kind: architecture and NVLink rate): the
+    logs' device lines, --gpu and --cluster's GPU must agree; the first log's device is taken as
+    the truth, so a disagreeing flag is the one named. A device no preset knows is not compared
+    (find_gpu then falls back to --gpu, as before)."""
+    named = []  # (field, value, how a message says it, GPU)
+    for field, value, says, name in [*(("logs", log.path, f"{log.path} ran on", log.gpu_name) for log in logs),
+                                     ("gpu", gpu, "--gpu names", gpu)]:
+        try:
+            if name:
+                named.append((field, value, says, load_gpu(name)))
+        except ProfileNotFound:
+            continue
+    if cluster is not None:
+        named.append(("cluster", cluster.name, f"cluster {cluster.name} runs", cluster.gpu))
+    for field, value, says, other in named[1:]:
+        first = named[0]
+        if gpu_kind(other) != gpu_kind(first[3]):
+            says = "ran on" if field == "logs" else says  # the value already names the log
+            raise InputError(field, value, f"{says} {describe_gpu_kind(other)}; {first[2]} {describe_gpu_kind(first[3])}: "
+                             "one profile fits one architecture and NVLink rate")
+
+
 def nccl_profile(name: str, logs: list[NcclLog], gpu: str | None = None, command: str = "",
                  base: CalibrationProfile | None = None, forced: dict | None = None,
                  cluster: ClusterSpec | None = None, nccl_version: str | None = None) -> CalibrationProfile:
+    check_log_gpus(logs, gpu, cluster)
     collectives, fits = build_collectives(logs, forced, gpu, cluster, nccl_version=nccl_version)
     per_node = Counter(log.ranks_per_node for log in logs if not log.path.endswith("]")).most_common(1)
     update: dict[str, Any] = {

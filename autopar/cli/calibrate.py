@@ -69,6 +69,22 @@ def _nccl_table(profile) -> str:
     return "\n".join(lines)
 
 
+def _check_same_gpu(base, gpu_name: str | None, out: str) -> None:
+    """Writing into an existing profile keeps its other section (gemm or collectives): both must
+    come from one kind of GPU (autopar.specs.costparams.gpu_kind)."""
+    from autopar.errors import ProfileNotFound
+    from autopar.specs.costparams import check_profile_gpu
+    from autopar.specs.hardware import load_gpu
+
+    if base is None or gpu_name is None:
+        return
+    try:
+        gpu = load_gpu(gpu_name)
+    except ProfileNotFound:
+        return
+    check_profile_gpu(base, gpu, "out", out, "these measurements ran on")
+
+
 @calibrate.command("nccl")
 @click.argument("logs", nargs=-1, required=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Profile YAML to write (or update)")
@@ -94,6 +110,7 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
     if nccl_version is not None and not re.match(r"^\d+\.\d+", nccl_version):
         raise InputError("nccl-version", nccl_version, "a release such as 2.26 or 2.28.3")
     profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base, forced, cluster, nccl_version)
+    _check_same_gpu(base, profile.gpu, out)
     write_atomic(out, dump_profile(profile))
     click.echo(_nccl_table(profile))
     click.echo(f"wrote {out}")
@@ -126,7 +143,9 @@ def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
                          "matmuls here")
     samples = read_samples(paths)
     fit, report = fit_gemm(samples, gpu, paths)
-    profile = gemm_profile(name or Path(out).stem, fit, _command(), existing_profile(out))
+    base = existing_profile(out)
+    _check_same_gpu(base, fit.gpu, out)
+    profile = gemm_profile(name or Path(out).stem, fit, _command(), base)
     write_atomic(out, dump_profile(profile))
     click.echo(gemm_table(fit, report))
     click.echo(f"wrote {out}")

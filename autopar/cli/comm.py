@@ -81,7 +81,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."""
     from autopar.cost.comm import Collective, place_group
     from autopar.specs import load_cluster
-    from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
+    from autopar.specs.costparams import check_profile_gpu, load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
 
     collective = Collective(COLLECTIVE_ALIASES.get(op, op))
     if (size_text is None) == (sizes_text is None):
@@ -97,7 +97,9 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
         cluster = cluster.with_gpus(num)
     group = place_group(num, 1, cluster.gpus_per_node)
     if calibration_path:
-        params = with_calibration(load_cost_params(), load_calibration_profile(calibration_path))
+        profile = load_calibration_profile(calibration_path)
+        check_profile_gpu(profile, cluster.gpu, "calibration", calibration_path, f"cluster {cluster.name} runs")
+        params = with_calibration(load_cost_params(), profile)
     else:
         params = params_for_cluster(cluster)
     sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True, size_bytes=True)]

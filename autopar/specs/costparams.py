@@ -16,7 +16,7 @@ from autopar.specs._base import StrictModel
 from autopar.specs._files import PROFILES_DIR, read_mapping
 
 if TYPE_CHECKING:
-    from autopar.specs.hardware import ClusterSpec
+    from autopar.specs.hardware import ClusterSpec, GpuSpec
 
 
 class _Strict(StrictModel):
@@ -397,11 +397,44 @@ def load_calibration_profile(path: str) -> CalibrationProfile:
 
 def params_for_cluster(cluster: "ClusterSpec", base: CostParams | None = None) -> CostParams:
     """The coefficients to cost a cluster with: base (default: profiles/cost/defaults.yaml),
-    with the cluster's calibration profile applied when it names one."""
+    with the cluster's calibration profile applied when it names one (measured on its kind of GPU)."""
     base = base if base is not None else load_cost_params()
     if not cluster.calibration:
         return base
-    return with_calibration(base, load_calibration_profile(cluster.calibration))
+    profile = load_calibration_profile(cluster.calibration)
+    check_profile_gpu(profile, cluster.gpu, "calibration", cluster.calibration, f"cluster {cluster.name} runs")
+    return with_calibration(base, profile)
+
+
+def gpu_kind(gpu: "GpuSpec") -> tuple[str, float | None]:
+    """What a calibration carries over between GPUs: the architecture (GEMM efficiencies are per
+    architecture, NCCL's tuning tables per generation) and the NVLink rate (the fitted link
+    bandwidths). Not the name: dgx-a100 (A100-80GB) is costed with a100-roce, fitted on A100-40GB
+    nodes of the same NVLink3 300 GB/s (autopar.validation.rows drops a preset's calibration on
+    the same rule when a row's part has narrower NVLink, A800 in a DGX A100)."""
+    return gpu.architecture, gpu.nvlink_gb_per_s
+
+
+def describe_gpu_kind(gpu: "GpuSpec") -> str:
+    nvlink = f"NVLink {gpu.nvlink_gb_per_s:g} GB/s" if gpu.nvlink_gb_per_s else "no NVLink"
+    return f"{gpu.name}: {gpu.architecture}, {nvlink}"
+
+
+def check_profile_gpu(profile: CalibrationProfile, gpu: "GpuSpec", field: str, value: object, against: str) -> None:
+    """Refuse a profile measured on another kind of GPU (gpu_kind); a profile without a GPU, or
+    with a GPU no preset knows, cannot be compared and passes."""
+    from autopar.errors import ProfileNotFound
+    from autopar.specs.hardware import load_gpu
+
+    if profile.gpu is None:
+        return
+    try:
+        measured = load_gpu(profile.gpu)
+    except ProfileNotFound:
+        return
+    if gpu_kind(measured) != gpu_kind(gpu):
+        raise InputError(field, value, f"profile {profile.name} was measured on {describe_gpu_kind(measured)}; {against} "
+                         f"{describe_gpu_kind(gpu)}. A profile carries over only within one architecture and NVLink rate")
 
 
 CostParams.model_rebuild()

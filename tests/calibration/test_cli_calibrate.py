@@ -175,3 +175,54 @@ def test_calibrate_gemm_errors_name_the_field(tmp_path, rows, line):
     r = run(args)
     assert one_line_error(r), r.output
     assert r.output == line.format(path=path) + "\n"
+
+
+# ---- a profile or log of another kind of GPU (autopar.specs.costparams.gpu_kind) ----------
+
+MISMATCH = "one profile fits one architecture and NVLink rate"
+
+
+@pytest.mark.parametrize("cluster, ok", [
+    ("dgx-h100", True), ("dgx-h200", True),  # H200: hopper, NVLink4 450 GB/s as H100
+    ("hgx-h800", False), ("dgx-b200", False),  # H800: NVLink 200 GB/s; B200: blackwell
+])
+def test_comm_refuses_a_profile_of_another_gpu(cluster, ok):
+    r = run(["comm", "--cluster", cluster, "--op", "all_reduce", "--bytes", "1G", "--calibration", H100_IB])
+    if ok:
+        assert r.exit_code == 0, r.output
+        return
+    gpu = load_cluster(cluster).gpu
+    assert r.output == (f"Error: calibration='{H100_IB}': profile h100-ib was measured on H100: hopper, NVLink 450 GB/s; cluster "
+                        f"{cluster} runs {gpu.name}: {gpu.architecture}, NVLink {gpu.nvlink_gb_per_s:g} GB/s. A profile carries over "
+                        "only within one architecture and NVLink rate\n")
+
+
+def test_a100_80gb_keeps_the_a100_40gb_profile():
+    # dgx-a100 (A100-80GB) names a100-roce, fitted on A100-40GB nodes: same ampere, NVLink3 300 GB/s
+    assert load_calibration_profile(str(ROOT / "calibration" / "fitted" / "a100-roce.yaml")).gpu == "A100-40GB"
+    assert params_for_cluster(load_cluster("dgx-a100")).sources["calibration"] == "a100-roce"
+    assert run(["comm", "--cluster", "dgx-a100", "--op", "all_reduce", "--bytes", "1G",
+                "--calibration", ROOT / "calibration" / "fitted" / "a100-roce.yaml"]).exit_code == 0
+
+
+def test_calibrate_nccl_refuses_logs_of_another_gpu(tmp_path):
+    a100 = NCCL / "a100x8_allreduce_oci-japan.txt"  # device lines: NVIDIA A100-SXM4-40GB
+    r = run(["calibrate", "nccl", a100, "--gpu", "H100", "--out", tmp_path / "p.yaml"])
+    assert r.output == (f"Error: gpu='H100': --gpu names H100: hopper, NVLink 450 GB/s; {a100} ran on A100-40GB: ampere, "
+                        f"NVLink 300 GB/s: {MISMATCH}\n")
+    r = run(["calibrate", "nccl", a100, "--cluster", "dgx-b200", "--out", tmp_path / "p.yaml"])
+    assert one_line_error(r) and r.output.startswith("Error: cluster='dgx-b200': cluster dgx-b200 runs B200: blackwell")
+    h100 = NCCL / "h100x16_2node_allreduce_ib400_nccl-tests-issue309a.txt"
+    r = run(["calibrate", "nccl", a100, h100, "--out", tmp_path / "p.yaml"])
+    assert one_line_error(r) and r.output.startswith(f"Error: logs='{h100}': ran on H100: hopper")
+    assert not (tmp_path / "p.yaml").exists()
+    # the same kind under another name is fine (A100-80GB: ampere, 300 GB/s)
+    assert run(["calibrate", "nccl", a100, "--gpu", "A100-80GB", "--out", tmp_path / "p.yaml"]).exit_code == 0
+
+
+def test_calibrate_nccl_into_a_profile_of_another_gpu(tmp_path):
+    out = tmp_path / "p.yaml"
+    out.write_text(H100_IB.read_text())
+    r = run(["calibrate", "nccl", NCCL / "a100x8_allreduce_oci-japan.txt", "--out", out])
+    assert r.output == (f"Error: out='{out}': profile h100-ib was measured on H100: hopper, NVLink 450 GB/s; these measurements ran on "
+                        "A100-40GB: ampere, NVLink 300 GB/s. A profile carries over only within one architecture and NVLink rate\n")
