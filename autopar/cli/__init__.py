@@ -21,7 +21,7 @@ from autopar import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("autopar.cli.calibrate", "Fit cost-model coefficients from measurements and write a calibration profile (YAML)."),
     "comm": ("autopar.cli.comm", "Predicted time, algbw and busbw of one collective over a group placed on the cluster, "
-                                 "and the NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."),
+                                 "and the NCCL algorithm and protocol it runs: NCCL's own pick, the smallest of its tuning model's estimates."),
     "emit": ("autopar.cli.emit", "Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`)."),
     "estimate": ("autopar.cli.estimate", "Predict step time, throughput, MFU and memory of one plan."),
     "plan": ("autopar.cli.plan", "From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."),

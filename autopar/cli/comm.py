@@ -78,7 +78,11 @@ def _table(rows: list[dict], title: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list with --sizes)")
 def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, algorithm, protocol, extrapolate_fabric, as_json):
     """Predicted time, algbw and busbw of one collective over a group placed on the cluster, and the
-    NCCL algorithm and protocol it runs (NCCL's tuning model picks the fastest)."""
+    NCCL algorithm and protocol it runs: NCCL's own pick, the smallest of its tuning model's estimates.
+
+    NCCL estimates with its own latency and bandwidth tables on the nominal link rates, so its pick
+    need not have the smallest predicted time (the prediction adds saturation and a calibration's
+    measured rates); --algo and --proto cost another choice, as NCCL_ALGO and NCCL_PROTO force it."""
     from autopar.cost.comm import Collective, place_group
     from autopar.specs import load_cluster
     from autopar.specs.costparams import check_profile_gpu, load_calibration_profile, load_cost_params, params_for_cluster, with_calibration

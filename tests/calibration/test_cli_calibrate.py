@@ -226,3 +226,28 @@ def test_calibrate_nccl_into_a_profile_of_another_gpu(tmp_path):
     r = run(["calibrate", "nccl", NCCL / "a100x8_allreduce_oci-japan.txt", "--out", out])
     assert r.output == (f"Error: out='{out}': profile h100-ib was measured on H100: hopper, NVLink 450 GB/s; these measurements ran on "
                         "A100-40GB: ampere, NVLink 300 GB/s. A profile carries over only within one architecture and NVLink rate\n")
+
+
+def test_comm_reports_nccls_pick_not_the_fastest_prediction():
+    """`comm` shows the algorithm NCCL runs: the smallest of NCCL's own estimates. 1 KiB AllReduce
+    on 8 H100 (h100-ib): NCCL runs ring/LL, though forced NVLS/Simple predicts less time; the help
+    said 'picks the fastest'."""
+    from autopar.cost.comm import collective_choice
+    from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
+
+    cluster = load_cluster("dgx-h100")
+    params, group = params_for_cluster(cluster), place_group(8, 1, 8)
+    chosen = collective_choice(Collective.all_reduce, 1024, group, cluster, params)
+    alternatives = []
+    for algo in ALGORITHMS:
+        for proto in PROTOCOLS:
+            try:
+                alternatives.append(collective_choice(Collective.all_reduce, 1024, group, cluster, params, algo, proto))
+            except ValueError:  # cannot run here (collnet without SHARP, ...)
+                continue
+    assert chosen.nccl_estimate_seconds == min(a.nccl_estimate_seconds for a in alternatives)
+    assert min(a.seconds for a in alternatives) < chosen.seconds
+    shown = json.loads(run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "1K", "--json"]).output)
+    assert (shown["algorithm"], shown["protocol"], shown["seconds"]) == (chosen.algorithm, chosen.protocol, chosen.seconds)
+    help_text = run(["comm", "--help"]).output
+    assert "picks the fastest" not in help_text and "NCCL's own pick, the smallest of its tuning model's estimates" in " ".join(help_text.split())
