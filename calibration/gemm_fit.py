@@ -152,15 +152,22 @@ def _dtype_errors(samples, dtype, peaks, eff, half, unaligned) -> dict:
     return {"num_samples": len(subset), "median_error": float(np.median(err)), "max_error": float(np.max(err))}
 
 
+def percent(error: float) -> str:
+    """A relative error as a percentage: one decimal (12.3%), two significant digits below 0.1%
+    (0.042%), so a small error never prints as 0%."""
+    value = 100 * error
+    return f"{value:.2g}%" if 0 < abs(value) < 0.1 else f"{value:.1f}%"
+
+
 def gemm_table(fit: GemmCalibration, report: dict) -> str:
     lines = [f"GEMM efficiency fit ({fit.gpu or 'no GPU profile: relative to the best measured'}; "
              f"{fit.num_samples} of {report['num_samples']} samples fitted: every dim >= {MIN_TRAINING_DIM}, sweeps excluded)",
              f"{'dtype':<6} {'E':>6} {'samples':>8} {'median err':>11} {'max err':>8}"]
     for dtype, e in fit.max_efficiency.items():
         d = report["by_dtype"][dtype]
-        lines.append(f"{dtype:<6} {e:>6.3f} {d['num_samples']:>8} {100 * d['median_error']:>10.1f}% {100 * d['max_error']:>7.1f}%")
+        lines.append(f"{dtype:<6} {e:>6.3f} {d['num_samples']:>8} {percent(d['median_error']):>11} {percent(d['max_error']):>8}")
     lines.append(f"half-saturation {fit.half_saturation_flops:.3g} flops; unaligned (N or K % {fit.alignment_elements} != 0) factor {fit.unaligned_efficiency:.3f}")
-    lines.append(f"time error on fitted samples: median {100 * fit.median_error:.1f}%, mean {100 * fit.mean_error:.1f}%, max {100 * fit.max_error:.1f}%")
+    lines.append(f"time error on fitted samples: median {percent(fit.median_error)}, mean {percent(fit.mean_error)}, max {percent(fit.max_error)}")
     lines.append(f"time error on all {report['num_samples']} samples (decode-like and sweep shapes included): median "
-                 f"{100 * report['all_median_error']:.1f}%, 90th percentile {100 * report['all_p90_error']:.1f}%, max {100 * report['all_max_error']:.0f}%")
+                 f"{percent(report['all_median_error'])}, 90th percentile {percent(report['all_p90_error'])}, max {percent(report['all_max_error'])}")
     return "\n".join(lines)

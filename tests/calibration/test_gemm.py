@@ -12,7 +12,7 @@ from autopar.specs import load_gpu
 from autopar.specs.costparams import CalibrationProfile, load_cost_params, with_calibration
 from calibration.gemm_bench import run_benchmark
 from calibration.gemm_data import read_csv, read_samples
-from calibration.gemm_fit import fit_gemm
+from calibration.gemm_fit import fit_gemm, gemm_table, percent
 from calibration.gemm_samples import OUT, reference_samples
 
 DATA = Path(__file__).resolve().parents[2] / "calibration" / "data" / "gemm"
@@ -51,6 +51,18 @@ def test_h100_fit(h100_fit):
     # cuBLAS cubes (waynehacking8): 2048^3 555 and 4096^3 733 of ~790 imply half ~ 0.7-1.2e10 flops
     assert 3e9 <= fit.half_saturation_flops <= 1.5e10
     assert report["num_fitted"] < report["num_samples"]  # decode-like and sweep shapes left out
+
+
+@pytest.mark.parametrize("error, text", [(0.0042, "0.4%"), (0.00042, "0.042%"), (0.0, "0.0%"), (175.208, "17520.8%")])
+def test_percent_keeps_small_errors(error, text):
+    # the all-samples max printed with :.0f, so an error under 0.5% read 0%
+    assert percent(error) == text
+
+
+def test_gemm_table_prints_every_error_with_its_digits(h100_fit):
+    fit, report = h100_fit
+    small = {**report, "all_max_error": 0.0042, "all_p90_error": 0.0031, "all_median_error": 0.0004}
+    assert gemm_table(fit, small).splitlines()[-1].endswith("median 0.04%, 90th percentile 0.3%, max 0.4%")
 
 
 def test_calibrated_gemm_efficiency(h100_fit, params):
