@@ -18,12 +18,22 @@ if TYPE_CHECKING:  # the cost model loads when the command runs, not for --help
 OPS = sorted((*COLLECTIVES, *COLLECTIVE_ALIASES))
 
 
-def _sizes(text: str) -> list[int]:
+def _size(text: str, field: str, gpu) -> int:
+    """A message size in bytes, at most the GPU's memory: nccl-tests' size is the buffer each rank
+    holds in HBM, so a larger one is a typo (10T for 10G), not a collective anyone can run."""
+    size = parse_count(text, field, binary=True, size_bytes=True)
+    if size > gpu.hbm_bytes:
+        raise InputError(field, text, f"{size:,} bytes exceed one {gpu.name}'s {gpu.hbm_bytes:,.0f} bytes of HBM "
+                         f"({gpu.hbm_gib:g} GiB), where each rank's buffer lives")
+    return size
+
+
+def _sizes(text: str, gpu) -> list[int]:
     """'1M:16G' -> 1 MiB, 2 MiB, ..., 16 GiB (factor 2, like nccl-tests -f 2)."""
     lo_text, sep, hi_text = text.partition(":")
     if not sep:
         raise InputError("sizes", text, "must be MIN:MAX, e.g. 1M:16G")
-    lo, hi = parse_count(lo_text, "sizes", binary=True, size_bytes=True), parse_count(hi_text, "sizes", binary=True, size_bytes=True)
+    lo, hi = _size(lo_text, "sizes", gpu), _size(hi_text, "sizes", gpu)
     if hi < lo:
         raise InputError("sizes", text, "MAX must not be below MIN")
     out = [lo]
@@ -69,7 +79,8 @@ def _table(rows: list[dict], title: str) -> str:
 @click.option("--gpus", type=click.IntRange(min=2), default=None, help="Ranks in the group (default: one node)")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Whole nodes in the group (alternative to --gpus)")
 @click.option("--op", required=True, type=click.Choice(OPS), help="Collective")
-@click.option("--bytes", "size_text", default=None, help="Message size as nccl-tests prints it (K/M/G are powers of two, like -b/-e; 1GiB, 1073741824)")
+@click.option("--bytes", "size_text", default=None, help="Message size as nccl-tests prints it (K/M/G are powers of two, like -b/-e; 1GiB, 1073741824); "
+              "at most the GPU's memory")
 @click.option("--sizes", "sizes_text", default=None, help="MIN:MAX, doubling (e.g. 1M:16G): an nccl-tests-like table")
 @click.option("--calibration", "calibration_path", default=None, help="Calibration profile (default: the one the cluster file names, if any)")
 @click.option("--algo", "algorithm", type=click.Choice(NCCL_ALGORITHMS), default=None, help="Force an NCCL algorithm (as NCCL_ALGO)")
@@ -106,7 +117,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
         params = with_calibration(load_cost_params(), profile)
     else:
         params = params_for_cluster(cluster)
-    sizes = _sizes(sizes_text) if sizes_text else [parse_count(size_text, "bytes", binary=True, size_bytes=True)]
+    sizes = _sizes(sizes_text, cluster.gpu) if sizes_text else [_size(size_text, "bytes", cluster.gpu)]
     rows = [predict(collective, s, group, cluster, params, algorithm, protocol) for s in sizes]
     if as_json:
         click.echo(dump_json(rows if sizes_text else rows[0]), nl=False)

@@ -251,3 +251,15 @@ def test_comm_reports_nccls_pick_not_the_fastest_prediction():
     assert (shown["algorithm"], shown["protocol"], shown["seconds"]) == (chosen.algorithm, chosen.protocol, chosen.seconds)
     help_text = run(["comm", "--help"]).output
     assert "picks the fastest" not in help_text and "NCCL's own pick, the smallest of its tuning model's estimates" in " ".join(help_text.split())
+
+
+@pytest.mark.parametrize("args, line", [
+    # a typo of a unit (10T for 10G) was costed: the buffer must fit in one GPU's HBM (79.65 GiB on H100)
+    (["--bytes", "10T"], "Error: bytes='10T': 10,995,116,277,760 bytes exceed one H100's 85,523,536,282 bytes of HBM (79.65 GiB), "
+                         "where each rank's buffer lives"),
+    (["--sizes", "1M:1T"], "Error: sizes='1T': 1,099,511,627,776 bytes exceed one H100's 85,523,536,282 bytes of HBM (79.65 GiB), "
+                           "where each rank's buffer lives"),
+])
+def test_comm_message_size_is_bounded_by_hbm(args, line):
+    assert run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", *args]).output == line + "\n"
+    assert run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "79G"]).exit_code == 0

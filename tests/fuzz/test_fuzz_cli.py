@@ -327,7 +327,7 @@ def test_tune(data):
 @given(data=st.data())
 def test_comm(data):
     option, values = data.draw(st.sampled_from([
-        ("--bytes", ["nan", "inf", "-1", "0", "x", "1e400"]), ("--gpus", ["0", "-8", "x", "99999999999999"]), ("--nodes", ["0", "-1", "x"]),
+        ("--bytes", ["nan", "inf", "-1", "0", "x", "1e400", "10T"]), ("--gpus", ["0", "-8", "x", "99999999999999"]), ("--nodes", ["0", "-1", "x"]),
         ("--op", ["broadcast_all", ""]), ("--sizes", ["x", "1M", "16G:1M", "nan:1G"]), ("--cluster", ["nope", "/dev/null"]),
     ]))
     base = {"--cluster": "dgx-h100", "--op": "all_reduce", "--bytes": "1M"}
