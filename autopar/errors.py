@@ -50,17 +50,18 @@ class InputError(AutoparError, ValueError):
     def from_validation(cls, exc, prefix: str, value: object = None) -> "InputError":
         """The first error of a pydantic ValidationError, its location under `prefix`. A
         missing key shows as `(missing)`; a cross-field rule that names its field first
-        ("moe_top_k=0 must be ...") is reported at that field; another error about a whole object
+        ("moe_top_k=0 must be ...") is reported at that field, also inside a mapping field
+        (sweep `fixed`: "tp='x': ..." at sweep.fixed.tp); another error about a whole object
         shows `value` when given (e.g. the file's path), else the object's keys."""
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         field = f"{prefix}.{loc}" if loc else prefix
         shown, rule = err.get("input"), _pydantic_rule(err)
-        named = _NAMED_RULE.match(rule) if not loc else None
+        named = _NAMED_RULE.match(rule) if not loc or isinstance(shown, dict) else None
         if err.get("type") == "missing":
             shown = Missing()
         elif named:  # a cross-field rule that names its field first ("moe_top_k=0 must be ...")
-            field, shown, rule = f"{prefix}.{named['field']}", Shown(named["value"]), named["rule"]
+            field, shown, rule = f"{field}.{named['field']}", Shown(named["value"]), named["rule"]
         elif value is not None and (not loc or isinstance(shown, dict)):
             shown = value
         return cls(field, shown, rule)

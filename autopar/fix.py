@@ -41,7 +41,7 @@ def parse_fix(text: str | None) -> dict[str, object]:
         try:
             parsed = TypeAdapter(kind).validate_python(value)
         except ValidationError as exc:
-            raise InputError(f"fix.{key}", value, exc.errors()[0]["msg"]) from None
+            raise InputError.from_validation(exc, f"fix.{key}", value) from None
         if parsed is None:
             raise InputError(f"fix.{key}", value, "must be a value, not null")
         out[key] = parsed.value if hasattr(parsed, "value") else parsed

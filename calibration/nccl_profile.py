@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autopar.cost.comm import Collective
 from autopar.cost.nccl import ALGORITHMS, PROTOCOLS
-from autopar.errors import InputError, ProfileNotFound
+from autopar.errors import InputError, Missing, ProfileNotFound
 from autopar.specs import load_cluster
 from autopar.specs.costparams import CommCalibration, CostParams, LogFit, load_cost_params
 from autopar.specs.hardware import ClusterSpec, GpuSpec, load_gpu
@@ -81,7 +81,7 @@ def cluster_for(log: NcclLog, cluster: ClusterSpec | None, gpu: GpuSpec | None) 
     if cluster is None:
         preset = GPU_PRESET.get(gpu.name) if gpu is not None else None
         if preset is None:
-            raise InputError("cluster", None, f"{log.path}: pass --cluster (no preset for GPU {gpu.name if gpu else 'unknown'})")
+            raise InputError("cluster", Missing(), f"{log.path}: pass --cluster (no preset for GPU {gpu.name if gpu else 'unknown'})")
         cluster = load_cluster(preset)
     per_node = log.ranks_per_node
     if per_node != cluster.gpus_per_node:

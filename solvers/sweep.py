@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from autopar.errors import AutoparError, InputError, NoCandidate
+from autopar.errors import AutoparError, InputError, NoCandidate, short_value
 from autopar.limits import MAX_GPUS, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_TOP_K
 from autopar.space import FIXABLE
 from autopar.specs import Precision, TrainingSpec, load_cluster, load_model
@@ -67,12 +67,18 @@ class SweepSpec(StrictModel):
     @field_validator("fixed")
     @classmethod
     def _fixable(cls, fixed: dict[str, Any]) -> dict[str, Any]:
+        """Each value read as search --fix reads it (YAML gives 'on' as True, and '2' stays text
+        otherwise); an error names the key and its value ("tp='x': ..."), which
+        InputError.from_validation reports at sweep.fixed.tp rather than at the file."""
+        from autopar.fix import parse_fix
+
         unknown = sorted(set(fixed) - set(FIXABLE))
         if unknown:
-            raise ValueError(f"unknown dimension {', '.join(unknown)}; can fix: {', '.join(FIXABLE)}")
-        # each value read as search --fix reads it (YAML gives 'on' as True, and '2' stays text otherwise)
-        from autopar.fix import parse_fix
-        return parse_fix(",".join(f"{k}={({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}" for k, v in fixed.items()))
+            raise ValueError(f"{unknown[0]}={fixed[unknown[0]]!r}: unknown dimension; can fix: {', '.join(FIXABLE)}")
+        try:
+            return parse_fix(",".join(f"{k}={({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}" for k, v in fixed.items()))
+        except InputError as exc:  # fix.tp='x': ... -> tp='x': ...
+            raise ValueError(f"{exc.field.removeprefix('fix.')}={short_value(exc.value)}: {exc.rule}") from None
 
     @field_validator("gpus", "seq_lens", "global_batches")
     @classmethod
@@ -121,16 +127,15 @@ def apply_overrides(params: CostParams, overrides: dict[str, Any]) -> CostParams
         parts = str(key).split(".")
         for part in parts[:-1]:
             if not isinstance(node, dict) or part not in node:
-                raise InputError("cost-override", key, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
+                raise InputError(f"cost-override.{key}", value, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
             node = node[part]
         if not isinstance(node, dict) or parts[-1] not in node:
-            raise InputError("cost-override", key, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
+            raise InputError(f"cost-override.{key}", value, "unknown coefficient (dotted path into profiles/cost/defaults.yaml)")
         node[parts[-1]] = value
     try:
         return CostParams.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError("cost-override", ".".join(str(p) for p in err["loc"]), err["msg"]) from None
+    except ValidationError as exc:  # cost-override.comm.network_efficiency=5: Input should be ...
+        raise InputError.from_validation(exc, "cost-override") from None
 
 
 def load_overrides(path: str | Path | None) -> dict[str, Any]:
@@ -155,7 +160,7 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
     except AutoparError as exc:
         record.update(status="no_plan" if type(exc).__name__ == "NoFeasiblePlan" or isinstance(exc, NoCandidate) else "error", message=str(exc))
     except ValidationError as exc:
-        record.update(status="error", message=str(exc.errors()[0]["msg"]))
+        record.update(status="error", message=str(InputError.from_validation(exc, "case")))  # field=value: rule, no 'Value error, '
     else:
         record.update(status="ok", message="", **_best(output))
     record["seconds"] = round(time.perf_counter() - started, 3)

@@ -10,7 +10,7 @@ import click
 
 from autopar.cli import main
 from autopar.cli.common import COLLECTIVE_ALIASES, COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, dump_json, parse_count
-from autopar.errors import InputError
+from autopar.errors import InputError, Missing
 
 if TYPE_CHECKING:  # the cost model loads when the command runs, not for --help
     from autopar.cost.comm import Collective
@@ -99,8 +99,10 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     from autopar.specs.costparams import check_profile_gpu, load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
 
     collective = Collective(COLLECTIVE_ALIASES.get(op, op))
-    if (size_text is None) == (sizes_text is None):
-        raise InputError("bytes", size_text, "give exactly one of --bytes or --sizes")
+    if size_text is None and sizes_text is None:
+        raise InputError("bytes", Missing(), "give --bytes SIZE or --sizes MIN:MAX")
+    if size_text is not None and sizes_text is not None:
+        raise InputError("sizes", sizes_text, f"give one of --bytes ({size_text}) or --sizes, not both")
     if gpus is not None and nodes is not None:
         raise InputError("gpus", gpus, "give --gpus or --nodes, not both")
     cluster = load_cluster(cluster_name)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from autopar.errors import InputError
+from autopar.errors import InputError, Missing
 from autopar.limits import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapo
 
 def default_seq_len(model: ModelSpec) -> int:
     if model.max_position_embeddings is None:
-        raise InputError("seq-len", None, f"model {model.name} has no max_position_embeddings to default from; give --seq-len")
+        raise InputError("seq-len", Missing(), f"model {model.name} has no max_position_embeddings to default from; give --seq-len")
     return min(model.max_position_embeddings, DEFAULT_MAX_SEQ_LEN)
 
 

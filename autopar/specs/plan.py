@@ -238,7 +238,7 @@ class Plan(StrictModel):
                 known = [m.value for m in enum]
                 bad = [n for n in names if n not in known]
                 if bad:
-                    raise ValueError(f"{key}: unknown module {bad[0]!r}; known: {', '.join(known)}")
+                    raise ValueError(f"{key}={bad[0]!r}: unknown module; known: {', '.join(known)}")
                 data = {**data, key: tuple(m for m in enum if m.value in names)}
         return data
 
@@ -437,8 +437,5 @@ def parse_plan(text: str, **overrides: Any) -> Plan:
     fields.update(overrides)
     try:
         return Plan.model_validate(fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        return_field = f"plan.{loc}" if loc else "plan"
-        raise InputError(return_field, err.get("input") if loc else text, err["msg"]) from None
+    except ValidationError as exc:  # a cross-field rule ('vpp=2 needs pp > 1') is reported at the field it names
+        raise InputError.from_validation(exc, "plan", value=text) from None

@@ -263,3 +263,11 @@ def test_comm_reports_nccls_pick_not_the_fastest_prediction():
 def test_comm_message_size_is_bounded_by_hbm(args, line):
     assert run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", *args]).output == line + "\n"
     assert run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "79G"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args, line", [
+    ([], "Error: bytes=(missing): give --bytes SIZE or --sizes MIN:MAX"),  # was bytes=None
+    (["--bytes", "1M", "--sizes", "1M:2M"], "Error: sizes='1M:2M': give one of --bytes (1M) or --sizes, not both"),
+])
+def test_comm_size_option_errors(args, line):
+    assert run(["comm", "--cluster", "dgx-h100", "--op", "all_reduce", *args]).output == line + "\n"

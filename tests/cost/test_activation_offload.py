@@ -44,7 +44,7 @@ def test_plan_text_round_trip():
 
 @pytest.mark.parametrize("text, rule", [
     ("offload_modules=layer_input", "needs recompute=full"),
-    ("offload_modules=experts", "unknown module 'experts'"),
+    ("offload_modules=experts", "^plan.offload_modules='experts': unknown module; known: "),
 ])
 def test_plan_refuses_bad_offload(text, rule):
     with pytest.raises(InputError, match=rule):

@@ -38,7 +38,7 @@ def test_plan_text_round_trip_and_aliases():
 
 @pytest.mark.parametrize("text, rule", [
     ("recompute=full,recompute_modules=moe", "needs recompute=selective"),
-    ("recompute=selective,recompute_modules=experts", "unknown module 'experts'"),
+    ("recompute=selective,recompute_modules=experts", "^plan.recompute_modules='experts': unknown module; known: "),
 ])
 def test_plan_refuses_bad_modules(text, rule):
     with pytest.raises(InputError, match=rule):

@@ -38,7 +38,7 @@ def test_llama3_405b_uneven_stages():
         ("sp=maybe", "plan.sp"),
         ("zero=4", "plan.zero"),
         ("tp=0", "plan.tp"),
-        ("vpp=2", "plan"),
+        ("vpp=2", "plan.vpp"),  # a cross-field rule, at the field it names
         ("recompute=some", "plan.recompute"),
     ],
 )
@@ -46,6 +46,20 @@ def test_malformed_plan_names_the_field(text, field):
     with pytest.raises(InputError) as err:
         parse_plan(text)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("text, message", [
+    # pydantic's "Value error, " prefix leaked into these, after the whole plan text
+    ("tp=8,vpp=2", "plan.vpp=2: needs pp > 1"),
+    ("tp=8,recompute=selective,recompute_modules=foo",
+     "plan.recompute_modules='foo': unknown module; known: core_attn, layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj"),
+    ("tp=8,pp=2,layout=Et|tL,first=1", "plan='tp=8,pp=2,layout=Et|tL,first=1': layout and first/last stage layers are two ways to say "
+                                       "the same thing: give one"),
+])
+def test_plan_rule_messages(text, message):
+    with pytest.raises(InputError) as err:
+        parse_plan(text)
+    assert str(err.value) == message
 
 
 def test_product_must_match_gpus():

@@ -129,9 +129,22 @@ def test_unknown_override_and_existing_out(full, tmp_path):
     override = tmp_path / "o.yaml"
     override.write_text("comm.no_such_thing: 1\n")
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path)), "--out", str(tmp_path / "x"), "--cost-override", str(override)])
-    assert res.exit_code == 1 and "cost-override='comm.no_such_thing': unknown coefficient" in res.output
+    assert res.exit_code == 1 and "cost-override.comm.no_such_thing=1: unknown coefficient" in res.output
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path)), "--out", str(full), "--quiet"])
     assert res.exit_code == 1 and "pass --resume" in res.output
+
+
+@pytest.mark.parametrize("override, line", [
+    # the value was left out ("cost-override='comm.network_efficiency': Input should be ...")
+    ("comm.network_efficiency: 5\n", "Error: cost-override.comm.network_efficiency=5: Input should be less than or equal to 1"),
+    ("comm.network_efficiency: abc\n",
+     "Error: cost-override.comm.network_efficiency='abc': Input should be a valid number, unable to parse string as a number"),
+])
+def test_cost_override_errors_name_the_value(tmp_path, override, line):
+    path = tmp_path / "o.yaml"
+    path.write_text(override)
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path)), "--out", str(tmp_path / "x"), "--quiet", "--cost-override", str(path)])
+    assert res.exit_code == 1 and res.output == line + "\n", res.output
 
 
 def test_ci_sweep_file_matches_its_baseline_cases():
@@ -281,7 +294,10 @@ def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
     ({"seq_lens": [True]}, "sweep.seq_lens="),
     # a repeated entry ran its cases twice under one case id; an unknown pinned dimension failed every case
     ({"models": ["gpt2-xl", "gpt2-xl"]}, "sweep.models=['gpt2-xl', 'gpt2-xl']: gpt2-xl listed more than once"),
-    ({"fixed": {"tpp": 2}}, "sweep.fixed="),
+    # the key and its value, not the file's path
+    ({"fixed": {"tpp": 2}}, "sweep.fixed.tpp=2: unknown dimension; can fix: tp, pp, dp,"),
+    ({"fixed": {"tp": "x"}}, "sweep.fixed.tp='x': Input should be a valid integer"),
+    ({"fixed": {"sp": "maybe"}}, "sweep.fixed.sp='maybe': must be on or off"),
 ])
 def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
