@@ -306,9 +306,13 @@ def _skip(trial, status: str, constraint: float, message: str, progress, value: 
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """Predicted vs measured for every trial of the study (all workers), by trial number."""
+    """Predicted vs measured for every trial of the study (all workers) that has started, by trial
+    number. An enqueued prediction no worker has asked for yet (WAITING: more predictions than
+    --trials) has no plan, prediction or status to show; queued_trials counts them."""
     rows = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if t.state == optuna.trial.TrialState.WAITING:
+            continue
         a = t.user_attrs
         predicted, measured = a.get("predicted_seconds"), a.get("measured_seconds")
         source = "prediction" if "fixed_params" in t.system_attrs else "sampler"  # enqueued top prediction or TPE
@@ -316,6 +320,11 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
                          plan=a.get("plan", ""), predicted_seconds=predicted, measured_seconds=measured,
                          measured_over_predicted=measured / predicted if measured and predicted else None, message=a.get("message", "")))
     return rows
+
+
+def queued_trials(study: optuna.Study) -> int:
+    """Enqueued predictions not yet run by any worker."""
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
 def best_measured(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -101,7 +101,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
     from autopar.specs.costparams import params_for_cluster
     from solvers import SearchRequest, run_search
     from solvers.refine import check_study_inputs, check_study_params, choices, distributions, stamp_study, study_inputs
-    from solvers.tune import TuneRequest, best_measured, check_options, trial_rows, tune
+    from solvers.tune import TuneRequest, best_measured, check_options, queued_trials, trial_rows, tune
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     params = params_for_cluster(cluster)
@@ -130,7 +130,9 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
     rows = trial_rows(study)
     table = out / f"tune-{name}.csv"
     write_atomic(table, _csv(rows))
-    click.echo(f"study {name} ({len(rows)} trials, all workers)")
+    queued = queued_trials(study)
+    waiting = f"; {queued} queued prediction{'s' if queued > 1 else ''} not run yet: more --trials or another worker runs them" if queued else ""
+    click.echo(f"study {name} ({len(rows)} trials, all workers{waiting})")
     click.echo(_table(rows))
     click.echo(f"trials written to {out / 'trials' / name}, table to {table}", err=True)
     best = best_measured(rows)

@@ -84,6 +84,19 @@ def test_single_worker_end_to_end(tmp_path):
     assert [r["plan"] for r in _rows(tmp_path / "again")] == [r["plan"] for r in rows]  # seeded: same trials
 
 
+def test_queued_predictions_are_counted_not_shown_as_blank_rows(tmp_path):
+    # --top 5 enqueues five predictions; two trials run them. The other three stayed WAITING and
+    # printed as rows with status 'waiting', no plan and no times (in the table and the CSV)
+    res = CliRunner().invoke(main, ["tune", *CASE, "--trial-cmd", TRIAL, "--trials", "2", "--top", "5", "--out", str(tmp_path)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert ("study llama3-70b-24gpu-s8192-b64 (2 trials, all workers; 3 queued predictions not run yet: more --trials or another "
+            "worker runs them)") in res.stdout
+    assert "waiting" not in res.stdout
+    rows = _rows(tmp_path)
+    assert [r["number"] for r in rows] == ["0", "1"] and all(r["plan"] for r in rows)
+
+
 def _two_workers(tmp_path: Path, storage: list[str], study: str) -> list[dict]:
     out = tmp_path / "shared"
     procs = [subprocess.Popen([*CLI, "tune", *CASE, "--trial-cmd", TRIAL, "--trials", "6", "--out", str(out), "--seed", str(seed),
