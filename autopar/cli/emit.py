@@ -47,7 +47,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
               help="Instead of RESULTS: sequence length, tokens; default: the model's max_position_embeddings, at most 8192")
 @click.option("--global-batch", type=int, default=None, help="Instead of RESULTS: global batch in sequences")
 @click.option("--global-batch-tokens", default=None,
-              help="Instead of RESULTS: global batch in tokens, K/M/G powers of two; default: about 4M tokens")
+              help="Instead of RESULTS: global batch in tokens, K/M/G/T powers of two, B the same as G; default: about 4M tokens")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="Instead of RESULTS: GEMM precision")
 @click.option("--plan", "plan_text", default=None,
               help="Instead of RESULTS: the plan to launch, as for `autopar estimate`, e.g. tp=8,pp=4,vpp=5,zero=1,recompute=selective")
