@@ -459,10 +459,17 @@ def _nccl_sms(b: Batch) -> tuple[float, int | None]:
 def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
     """Gradient reduction after the last micro-batch, overlapped with its backward (Megatron
     --overlap-grad-reduce); ZeRO-1/2 add the parameter AllGather (overlapped with the next
-    step's first forward). Per plan x stage."""
+    step's first forward). Per plan x stage.
+
+    ZeRO-2 with grad_sync=microbatch keeps only its gradient shard, so it reduce-scatters after
+    every micro-batch's backward, each behind that backward, not once per step: DeepSpeed
+    stage_1_and_2.py reduce_ready_partitions_and_remove_grads reduces when partition_gradients
+    (stage 2) or at the accumulation boundary (stage 1)."""
     t, tr, prm = b.tab, b.training, b.params
     ov = prm.comm.dp_overlap
     sms = _nccl_sms(b)
+    every_mb = (t.zero == 2) & (t.grad_sync == GRAD_SYNC.index(GradSync.microbatch))
+    reductions = np.where(every_mb, b.microbatches, 1).astype(float)[:, None]
     reps, config_of = _per_group_config(b)
     first = np.unique(config_of, return_index=True)[1]
     total = 0.0
@@ -472,7 +479,7 @@ def _dp_exposed(b: Batch, dense, routed, fwd, bwd) -> np.ndarray:
         ar, rs, ag = (reps.collective(op, rep_count * nbytes, group)[config_of] for op, nbytes in (
             (Collective.all_reduce, tr.grad_reduce_bytes_per_param), (Collective.reduce_scatter, tr.grad_reduce_bytes_per_param),
             (Collective.all_gather, tr.gather_bytes_per_param)))
-        sharded = overlapped_seconds(rs, ov * bwd, *sms) + overlapped_seconds(ag, ov * fwd, *sms)
+        sharded = reductions * overlapped_seconds(rs, ov * bwd, *sms) + overlapped_seconds(ag, ov * fwd, *sms)
         total = total + np.where(t.zero[:, None] == 0, overlapped_seconds(ar, ov * bwd, *sms), sharded)
     off = (t.zero == 3) | (t.dp * t.cp == 1) | tr.frozen_weights
     return np.where(off[:, None], 0.0, total)
