@@ -61,14 +61,18 @@ class InputError(AutoparError, ValueError):
         if err.get("type") == "missing":
             shown = Missing()
         elif named:  # a cross-field rule that names its field first ("moe_top_k=0 must be ...")
-            field, shown, rule = f"{field}.{named['field']}", Shown(named["value"]), named["rule"]
+            # a rule raised as an InputError already names its whole field (plan.layout=...)
+            inner = named["field"]
+            field = inner if inner.startswith(f"{prefix}.") else f"{field}.{inner}"
+            shown, rule = Shown(named["value"]), named["rule"]
         elif value is not None and (not loc or isinstance(shown, dict)):
             shown = value
         return cls(field, shown, rule)
 
 
 # "<field>=<value>[:] <rule>": how a model validator states the field it refuses
-_NAMED_RULE = re.compile(r"(?P<field>[A-Za-z_][\w.]*)=(?P<value>\S+?):?\s+(?P<rule>.+)", re.S)
+# (a bracketed or quoted value may hold spaces: keys=[1024, 512]: must be strictly ascending)
+_NAMED_RULE = re.compile(r"(?P<field>[A-Za-z_][\w.]*)=(?P<value>\[[^\]]*\]|\([^)]*\)|'[^']*'|\S+?):?\s+(?P<rule>.+)", re.S)
 
 
 class NoCandidate(InputError):

@@ -53,6 +53,8 @@ def test_malformed_plan_names_the_field(text, field):
     ("tp=8,vpp=2", "plan.vpp=2: needs pp > 1"),
     ("tp=8,recompute=selective,recompute_modules=foo",
      "plan.recompute_modules='foo': unknown module; known: core_attn, layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj"),
+    # a rule raised as an InputError already names its field: once, not plan.plan.layout
+    ("tp=8,layout=abc", "plan.layout='abc': unknown letters 'abc'; use E (embedding), t (decoder), m (MTP), L (loss), | between stages"),
     ("tp=8,pp=2,layout=Et|tL,first=1", "plan='tp=8,pp=2,layout=Et|tL,first=1': layout and first/last stage layers are two ways to say "
                                        "the same thing: give one"),
 ])
