@@ -22,7 +22,16 @@ NOT_COMPARED = ("dp",)
 def plan_differences(best: Plan, other: Plan) -> list[str]:
     """'pp=8 (vs 4)' for every resolved plan value that differs (dp only when the degrees do)."""
     a, b = _resolved(best), _resolved(other)
-    return [f"{k}={a[k]} (vs {b[k]})" for k in a if a[k] != b[k]]
+    return [f"{k}={a[k]} (vs {b[k]})" for k in a if a[k] != b[k] and not _follows(k, a, b)]
+
+
+# values that default to another field's: in both plans equal to it, the other field's difference says it
+FOLLOWS = {"etp": "tp", "tp_overlap": "sp"}
+
+
+def _follows(key: str, a: dict[str, object], b: dict[str, object]) -> bool:
+    leader = FOLLOWS.get(key)
+    return leader is not None and a[key] == a[leader] and b[key] == b[leader]
 
 
 def _resolved(plan: Plan) -> dict[str, object]:

@@ -30,3 +30,13 @@ def test_plan_differences(best, other, expected):
 
 def test_every_plan_field_is_compared():
     assert set(_resolved(Plan())) == set(Plan.model_fields) - set(NOT_COMPARED)
+
+
+def test_values_that_follow_another_are_not_restated():
+    """etp defaults to tp and tp_overlap to sp: where both plans keep the default, 'tp=4 (vs 2)' and
+    'sp=on (vs off)' already say it (gpt3-175b's rank 2 read 'etp=4 (vs 2)' on a dense model);
+    set apart from its leader, the value is named."""
+    assert plan_differences(parse_plan("tp=4,pp=8,sp=on"), parse_plan("tp=2,pp=16,sp=off")) == [
+        "tp=4 (vs 2)", "pp=8 (vs 16)", "sp=on (vs off)"]
+    assert plan_differences(parse_plan("tp=4,sp=on,tp_overlap=off"), parse_plan("tp=4,sp=on")) == ["tp_overlap=off (vs on)"]
+    assert plan_differences(parse_plan("tp=4,ep=8,etp=1"), parse_plan("tp=4,ep=8")) == ["etp=1 (vs 4)"]
