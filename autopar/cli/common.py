@@ -50,10 +50,21 @@ DEFAULT_BATCH_TOKENS = 2**22
 
 
 def parse_count(value: str, field: str, binary: bool = False, maximum: float | None = None, size_bytes: bool = False) -> int:
-    """'16M' -> 16_000_000, '4B' -> 4_000_000_000, '1Gi' -> 2**30, '4096' -> 4096.
-    binary=True reads K/M/G/B/T as powers of two, the ML convention for token batches
-    ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32). size_bytes=True reads a trailing B
-    as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion. Any other suffix is refused by name."""
+    """'16M' -> 16_000_000, '4B' -> 4_000_000_000, '1Gi' -> 2**30, '4096' -> 4096 (parse_quantity),
+    a positive whole number up to maximum."""
+    result = parse_quantity(value, field, binary, size_bytes)
+    if result <= 0 or result != int(result):
+        raise InputError(field, value, "must be a positive whole number")
+    if maximum is not None and result > maximum:
+        raise InputError(field, value, f"must be at most {int(maximum):,}")
+    return int(result)
+
+
+def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: bool = False) -> float:
+    """A finite number with an optional suffix. binary=True reads K/M/G/B/T as powers of two, the
+    ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
+    size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion.
+    Any other suffix is refused by name."""
     text = str(value).strip().lower()
     if size_bytes and text.endswith("b"):
         text = text[:-1]
@@ -71,11 +82,7 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
     result = float(number) * scale
     if not math.isfinite(result):
         raise InputError(field, value, "must be a positive, finite number")
-    if result <= 0 or result != int(result):
-        raise InputError(field, value, "must be a positive whole number")
-    if maximum is not None and result > maximum:
-        raise InputError(field, value, f"must be at most {int(maximum):,}")
-    return int(result)
+    return result
 
 
 def _suffixes(size_bytes: bool, binary: bool) -> str:

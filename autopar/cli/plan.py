@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autopar.cli import main
-from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_count, write_atomic
+from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_count, parse_quantity, write_atomic
 from autopar.fix import parse_fix
 from autopar.errors import InputError
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:  # the planner (numpy, OR-Tools) loads when the command runs, 
     from solvers.planner import PlanReport, PlanRequest
 
 _DECIMAL = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
-_BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "b": 2**30, "t": 2**40}  # batch tokens: B (billion) reads as G
 _DAYS = {"d": 1.0, "h": 1 / 24, "w": 7.0}
 
 
@@ -38,23 +37,16 @@ def parse_amount(value: str, field: str) -> float:
 
 def parse_tokens_binary(value: str, field: str) -> int:
     """Batch sizes: K/M/G/T are powers of two, B the same as G (16M = 16,777,216), as in `autopar search`."""
-    try:
-        return parse_count(value, field, binary=True)
-    except (ValueError, OverflowError) as exc:  # nan, inf: int() of them fails inside parse_count
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(field, value, "must be a positive, finite number") from None
+    return parse_count(value, field, binary=True)
 
 
 def parse_batch_bound(value: str, field: str) -> float:
-    """A batch bound in tokens, K/M/G/T powers of two as for batches and B (billion) the same as G,
-    fractions allowed (67.5M, 4B = 4 x 2**30)."""
-    text = str(value).strip().lower()
-    scale = _BINARY.get(text[-1:], 1)
-    number = text[:-1] if scale > 1 else text
-    if number[-1:].isalpha():  # '16MB' is not 16M x 2**30 tokens
-        raise InputError(field, value, f"unknown suffix {text.lstrip('0123456789.+-').upper()!r}; use K/M/G/T or B (= G), powers of two")
-    return parse_amount(number, field) * scale
+    """A batch bound in tokens, read as batches are (parse_count's suffixes, 4B = 4Gi = 4 x 2**30),
+    fractions allowed (67.5M)."""
+    number = parse_quantity(value, field, binary=True)
+    if number <= 0:
+        raise InputError(field, value, "must be a positive, finite number")
+    return number
 
 
 def parse_noise(text: str | None) -> tuple[float, float] | None:
