@@ -4,9 +4,13 @@ of the two estimates' step-time breakdowns (and memory) account for the gap."""
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from autopar.specs.plan import Plan
 from autopar.specs.results import RankedPlan
+
+if TYPE_CHECKING:
+    from autopar.specs import ModelSpec
 
 TERMS_SHOWN = 3  # largest time differences listed
 
@@ -19,10 +23,34 @@ RESOLVED = {"sp": "sequence_parallel", "tp_overlap": "tp_comm_overlap", "etp": "
 NOT_COMPARED = ("dp",)
 
 
-def plan_differences(best: Plan, other: Plan) -> list[str]:
-    """'pp=8 (vs 4)' for every resolved plan value that differs (dp only when the degrees do)."""
-    a, b = _resolved(best), _resolved(other)
+def plan_differences(best: Plan, other: Plan, model: ModelSpec | None = None) -> list[str]:
+    """'pp=8 (vs 4)' for every resolved plan value that differs (dp only when the degrees do).
+    With the model, the stage layout is compared as the layers of every virtual stage (see
+    _with_layouts), not as it is spelled."""
+    a, b = _with_layouts(best, other, model)
     return [f"{k}={a[k]} (vs {b[k]})" for k in a if a[k] != b[k] and not _follows(k, a, b)]
+
+
+# three spellings of one thing: the decoder (and MTP) layers of every virtual pipeline stage
+LAYOUT_KEYS = ("first_stage_layers", "last_stage_layers", "layout")
+
+
+def _with_layouts(best: Plan, other: Plan, model: ModelSpec | None) -> tuple[dict[str, object], dict[str, object]]:
+    """Both plans' resolved values; with the model, first_stage_layers, last_stage_layers and
+    layout give way to one 'layout' value, the layers of every virtual stage as the plan runs
+    them (Plan.model_layout), so first=16,last=16 and the balanced split that holds 16 layers on
+    every stage are the same. Two balanced splits differ only where pp or vpp do, which say it."""
+    a, b = _resolved(best), _resolved(other)
+    if model is None:
+        return a, b
+    layouts = [p.model_layout(model) for p in (best, other)]
+    same = layouts[0].decoders == layouts[1].decoders and layouts[0].mtp == layouts[1].mtp
+    spelled = any(a[k] != "-" or b[k] != "-" for k in LAYOUT_KEYS)
+    for values, layout in zip((a, b), layouts):
+        for key in LAYOUT_KEYS[:2]:
+            del values[key]
+        values["layout"] = "-" if same or not spelled else layout.text()
+    return a, b
 
 
 # values that default to another field's: in both plans equal to it, the other field's difference says it
@@ -60,14 +88,14 @@ def _text(value: object) -> object:
     return value
 
 
-def variant_hint(ranked: RankedPlan) -> str:
-    """What the folded equal-cost variants change, e.g. 'differ in order, cp_algo'."""
+def variant_hint(ranked: RankedPlan, model: ModelSpec | None = None) -> str:
+    """What the folded equal-cost variants change, e.g. 'differ in order, cp_algo' (the stage
+    layout as run with the model, as in plan_differences)."""
     from autopar.specs import parse_plan
 
-    base = _resolved(ranked.plan)
     keys: list[str] = []
     for text in ranked.equal_cost_variants:
-        other = _resolved(parse_plan(text))
+        base, other = _with_layouts(ranked.plan, parse_plan(text), model)
         keys += [k for k in base if other[k] != base[k] and k not in keys]
     return "differ in " + ", ".join(keys) if keys else "same values"
 
@@ -80,11 +108,11 @@ def time_differences(best: dict[str, float], other: dict[str, float]) -> list[tu
     return sorted(diffs, key=lambda d: -abs(d[1] - d[2]))[:TERMS_SHOWN]
 
 
-def why_best(best: RankedPlan, runner_up: RankedPlan) -> list[str]:
+def why_best(best: RankedPlan, runner_up: RankedPlan, model: ModelSpec | None = None) -> list[str]:
     """Lines under the best plan's table."""
     a, b = best.estimate, runner_up.estimate
     gap = b.step_seconds - a.step_seconds
-    differs = ", ".join(plan_differences(best.plan, runner_up.plan)) or "no plan key"  # every field is compared: the stage layout is first_stage_layers, last_stage_layers, layout
+    differs = ", ".join(plan_differences(best.plan, runner_up.plan, model)) or "no plan key"  # every field is compared, the stage layout as run
     if gap == 0.0:  # an exact tie ranks the lower peak memory first (solvers.base.rank_order)
         less = " and less memory" if a.memory_bytes_per_gpu < b.memory_bytes_per_gpu else ""
         lines = [f"  why it is above rank 2: the same step time{less}; differs in {differs}"]

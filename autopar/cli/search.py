@@ -40,7 +40,7 @@ def _table(output, references: list[str], objective: str = "throughput") -> str:
                      f"{_fmt_gb(e.memory_bytes_per_gpu):>11} {cost}{e.bottleneck.value:<13} {e.plan}")
         if rp.equal_cost_variants:
             n = len(rp.equal_cost_variants)
-            lines.append(f"{'':>4} {'':>9} (+{n} equal-cost variant{'s' if n > 1 else ''}: {variant_hint(rp)}; all in --json)")
+            lines.append(f"{'':>4} {'':>9} (+{n} equal-cost variant{'s' if n > 1 else ''}: {variant_hint(rp, res.inputs.model)}; all in --json)")
         if len(e.stages) > 1:
             lines.append(f"{'':>4} {'':>9} {_stages_line(e)}")
     s = res.search
@@ -62,7 +62,7 @@ def _table(output, references: list[str], objective: str = "throughput") -> str:
             from autopar.report import trust_line
             lines.append(f"  validated: {trust_line(best.validated)}")
         if len(res.plans) > 1:
-            lines += why_best(res.plans[0], res.plans[1])
+            lines += why_best(res.plans[0], res.plans[1], res.inputs.model)
     return "\n".join(lines)
 
 
