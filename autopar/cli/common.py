@@ -64,16 +64,22 @@ def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: boo
     """A finite number with an optional suffix. binary=True reads K/M/G/B/T as powers of two, the
     ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
     size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion.
-    Any other suffix is refused by name."""
+    Digit separators ('1_000', '1,000') are refused by name (a comma separates the items of a
+    list option: --batch-tokens 8M,16M). Any other suffix is refused by name."""
     text = str(value).strip().lower()
     if size_bytes and text.endswith("b"):
         text = text[:-1]
     match = _NUMBER.fullmatch(text)
     if match is None:
-        try:  # nan, inf, 1e400: a number, but not a count
-            float(text)
+        if re.search(r"\d[_,]\d", text):
+            raise InputError(field, value, f"must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), "
+                             f"with an optional {_suffixes(size_bytes, binary)} suffix")
+        try:  # nan, inf: a number, but not a count
+            number = float(text)
         except ValueError:
-            raise InputError(field, value, f"must be a number with an optional {_suffixes(size_bytes, binary)} suffix") from None
+            number = 0.0
+        if math.isfinite(number):
+            raise InputError(field, value, f"must be a number with an optional {_suffixes(size_bytes, binary)} suffix")
         raise InputError(field, value, "must be a positive, finite number")
     number, suffix = match["number"], match["suffix"]
     if suffix and suffix not in _SUFFIX:

@@ -52,3 +52,22 @@ def test_global_batch_tokens_4b_is_four_billion_tokens():
                                   "--global-batch-tokens", "4B", "--plan", "tp=8", "--json"])
     assert r.exit_code == 0, r.output
     assert '"num_microbatches": 1048576' in r.stdout  # tp=8 on 8 GPUs: dp=1, mbs=1
+
+
+@pytest.mark.parametrize("text", ["1_000", "1,000", "4_096K"])
+def test_digit_separators_are_named(text):
+    # float('1_000') is 1000.0, so this fell through to "must be a positive, finite number" -- a
+    # rule 1,000 keeps; the rule it breaks is the count syntax (parse_quantity's separator check)
+    with pytest.raises(InputError) as err:
+        parse_count(text, "f", binary=True)
+    assert str(err.value) == (f"f={text!r}: must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), "
+                              "with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix")
+
+
+def test_global_batch_tokens_with_underscores_names_the_syntax():
+    r = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "4096",
+                                  "--global-batch-tokens", "1_000", "--plan", "tp=8"])
+    # one line, exit 1, the rule from parse_quantity (was "must be a positive, finite number")
+    assert r.exit_code == 1
+    assert r.stderr == ("Error: global-batch-tokens='1_000': must be a number without '_' or ',' between digits (1000 or 1K, "
+                        "not 1_000), with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix\n")
