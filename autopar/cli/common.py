@@ -63,11 +63,13 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
 def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: bool = False) -> float:
     """A finite number with an optional suffix. binary=True reads K/M/G/B/T as powers of two, the
     ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
-    size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion.
-    Digit separators ('1_000', '1,000') are refused by name (a comma separates the items of a
-    list option: --batch-tokens 8M,16M). Any other suffix is refused by name."""
+    size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion,
+    so a second B ('4BB') is refused, not read as 4 billion bytes. Digit separators ('1_000',
+    '1,000') are refused by name (a comma separates the items of a list option: --batch-tokens
+    8M,16M). Any other suffix is refused by name."""
     text = str(value).strip().lower()
-    if size_bytes and text.endswith("b"):
+    as_bytes = size_bytes and text.endswith("b")
+    if as_bytes:
         text = text[:-1]
     match = _NUMBER.fullmatch(text)
     if match is None:
@@ -82,8 +84,8 @@ def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: boo
             raise InputError(field, value, f"must be a number with an optional {_suffixes(size_bytes, binary)} suffix")
         raise InputError(field, value, "must be a positive, finite number")
     number, suffix = match["number"], match["suffix"]
-    if suffix and suffix not in _SUFFIX:
-        raise InputError(field, value, f"unknown suffix {suffix.upper()!r}; use {_suffixes(size_bytes, binary)}")
+    if suffix and (suffix not in _SUFFIX or (as_bytes and suffix == "b")):
+        raise InputError(field, value, f"unknown suffix {(suffix + 'b' * as_bytes).upper()!r}; use {_suffixes(size_bytes, binary)}")
     scale = _SUFFIX[_BINARY.get(suffix, suffix) if binary else suffix] if suffix else 1
     result = float(number) * scale
     if not math.isfinite(result):

@@ -71,3 +71,20 @@ def test_global_batch_tokens_with_underscores_names_the_syntax():
     assert r.exit_code == 1
     assert r.stderr == ("Error: global-batch-tokens='1_000': must be a number without '_' or ',' between digits (1000 or 1K, "
                         "not 1_000), with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix\n")
+
+
+@pytest.mark.parametrize("text, suffix", [("4BB", "BB"), ("4bb", "BB"), ("4GiBB", "GIBB"), ("16MBB", "MBB")])
+def test_a_byte_size_has_one_b(text, suffix):
+    # the trailing B is bytes; what is left ('4B') was read as 4 billion (4 x 2**30 with binary)
+    with pytest.raises(InputError) as err:
+        parse_count(text, "bytes", binary=True, size_bytes=True)
+    assert str(err.value) == f"bytes={text!r}: unknown suffix {suffix!r}; use K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)"
+
+
+def test_comm_refuses_4bb():
+    # `autopar comm --bytes 4BB` costed a 4,294,967,296-byte all-reduce; 4B alone is 4 bytes
+    r = CliRunner().invoke(main, ["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "4BB"])
+    assert r.exit_code == 1
+    assert r.stderr == "Error: bytes='4BB': unknown suffix 'BB'; use K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)\n"
+    r = CliRunner().invoke(main, ["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "4B", "--json"])
+    assert r.exit_code == 0 and '"size_bytes": 4,' in r.stdout
