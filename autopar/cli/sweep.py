@@ -16,6 +16,30 @@ from autopar.errors import InputError
 WORKER_DIED = "worker process died (killed or out of memory); not in cases.jsonl, so --resume runs it again"
 
 
+def check_fixed_plan(spec) -> None:
+    """The sweep's fixed values checked as a search checks --fix (autopar.space), once, before any
+    case runs: values no case can take are an input error, named at sweep.fixed -- a rule between
+    two of them (vpp=2 with pp=1) breaks for every case, a rule about the model (ep=8) when every
+    model of the sweep breaks it. A value some models cannot take leaves those cases without a
+    plan (no_plan, autopar.errors.NoCandidate), as does a GPU count or a batch no plan fits."""
+    from autopar.space import _fixed_plan_fields, check_fixed  # what autopar.space._blocks runs per case
+    from autopar.specs import load_model
+
+    fixed = dict(spec.fixed)
+    refused: list[InputError] = []
+    for name in spec.models:
+        try:
+            check_fixed(load_model(name), _fixed_plan_fields(fixed))
+        except InputError as exc:
+            refused.append(exc)
+        else:
+            return
+    first = refused[0]
+    # the same words for every model: a rule between the fixed values themselves, said once
+    every = "" if len({str(e) for e in refused}) == 1 else f"; no model of the sweep can take it ({', '.join(spec.models)})"
+    raise InputError("sweep.fixed." + first.field.removeprefix("fix."), first.value, first.rule + every)
+
+
 def _progress_bar(enabled: bool):
     """A rich progress bar on stderr; returns (callback, stop)."""
     if not enabled:
@@ -58,6 +82,7 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
     from solvers.workers import WorkerDied
 
     spec = load_sweep(sweep_file)
+    check_fixed_plan(spec)
     overrides = load_overrides(cost_override)
     previous = load_baseline(baseline) if baseline else None
     out = Path(out_dir)

@@ -298,6 +298,14 @@ def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
     ({"fixed": {"tpp": 2}}, "sweep.fixed.tpp=2: unknown dimension; can fix: tp, pp, dp,"),
     ({"fixed": {"tp": "x"}}, "sweep.fixed.tp='x': Input should be a valid integer"),
     ({"fixed": {"sp": "maybe"}}, "sweep.fixed.sp='maybe': must be on or off"),
+    # fixed values no case can take (autopar.space's rules, as search --fix reads them): every case
+    # was recorded as no_plan and the sweep exited 0
+    ({"fixed": {"vpp": 2, "pp": 1}}, "sweep.fixed.vpp=2: virtual pipeline stages need pipeline parallelism: pp > 1, not pp=1\n"),
+    ({"fixed": {"vpp": 2, "schedule": "1f1b"}}, "sweep.fixed.vpp=2: virtual pipeline stages need the interleaved schedule, not 1f1b\n"),
+    ({"fixed": {"tp": 1, "sp": "on"}}, "sweep.fixed.sp=on: needs tp > 1 (Megatron turns it off at tp=1)\n"),
+    # a rule about the model that both of SMALL's dense models break
+    ({"fixed": {"ep": 8}}, "sweep.fixed.ep=8: expert parallelism needs a MoE model (gpt2-xl has no experts); "
+                           "no model of the sweep can take it (gpt2-xl, llama3-8b)\n"),
 ])
 def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
@@ -317,3 +325,24 @@ def test_a_fixed_value_one_case_cannot_take_is_that_case_without_a_plan(tmp_path
     dense = next(r for r in records if r["model"] == "llama3-8b")
     assert dense["status"] == "no_plan" and "fix.ep=8: expert parallelism needs a MoE model" in dense["message"]
     assert load_sweep(spec).fixed == {"ep": 8, "vpp": 1}
+
+
+def test_an_impossible_fixed_plan_is_refused_on_resume_too(full, tmp_path):
+    # the check runs when the file is loaded, before the --out folder is read or written
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CASES_FILE).write_text((full / CASES_FILE).read_text())
+    res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, fixed={"vpp": 2, "pp": 1})), "--out", str(out), "--resume", "--quiet"])
+    assert res.exit_code == 1
+    assert res.stderr == "Error: sweep.fixed.vpp=2: virtual pipeline stages need pipeline parallelism: pp > 1, not pp=1\n"
+    assert (out / CASES_FILE).read_text() == (full / CASES_FILE).read_text() and not (out / "sweep.json").exists()
+
+
+def test_a_case_no_plan_fits_is_still_no_plan(tmp_path):
+    # tp=8,pp=1 is a legal pin; GPT-3 175B on 8 H100 needs 416.2 GB per GPU at its smallest
+    # (the search's own message), so the case has no plan and the sweep exits 0
+    spec = _sweep_file(tmp_path, models=["gpt3-175b"], gpus=[8], seq_lens=[2048], global_batches=[64], fixed={"tp": 8, "pp": 1})
+    res = _run(str(spec), "--out", str(tmp_path / "out"), "--no-plots")
+    assert res.exit_code == 0, res.output
+    [record] = [json.loads(line) for line in (tmp_path / "out" / CASES_FILE).read_text().splitlines()]
+    assert record["status"] == "no_plan" and record["message"].startswith("no plan fits: smallest memory need is 416.2 GB per GPU")
