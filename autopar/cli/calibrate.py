@@ -69,20 +69,9 @@ def _nccl_table(profile) -> str:
     return "\n".join(lines)
 
 
-def _check_same_gpu(base, gpu_name: str | None, out: str) -> None:
-    """Writing into an existing profile keeps its other section (gemm or collectives): both must
-    come from one kind of GPU (autopar.specs.costparams.gpu_kind)."""
-    from autopar.errors import ProfileNotFound
-    from autopar.specs.costparams import check_profile_gpu
-    from autopar.specs.hardware import load_gpu
-
-    if base is None or gpu_name is None:
-        return
-    try:
-        gpu = load_gpu(gpu_name)
-    except ProfileNotFound:
-        return
-    check_profile_gpu(base, gpu, "out", out, "these measurements ran on")
+# Writing into an existing profile keeps its other section (gemm or collectives): both must come
+# from one kind of GPU (autopar.specs.costparams.check_profile_gpu, which skips a GPU no preset knows)
+MEASURED_ON = "these measurements ran on"
 
 
 @calibrate.command("nccl")
@@ -102,6 +91,7 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
     console output files, or `kind: nccl-points` YAML tables; LOG@ALGO[/PROTO] marks a run
     made with NCCL_ALGO / NCCL_PROTO set (e.g. ring2node.txt@ring)."""
     from autopar.specs import load_cluster
+    from autopar.specs.costparams import check_profile_gpu
     from calibration.profile import dump_profile, existing_profile, nccl_profile
 
     parsed, forced = _read_all(logs, ranks, nodes, op)
@@ -110,7 +100,7 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
     if nccl_version is not None and not re.match(r"^\d+\.\d+", nccl_version):
         raise InputError("nccl-version", nccl_version, "a release such as 2.26 or 2.28.3")
     profile = nccl_profile(name or Path(out).stem, parsed, gpu, _command(), base, forced, cluster, nccl_version)
-    _check_same_gpu(base, profile.gpu, out)
+    check_profile_gpu(base, profile.gpu, "out", out, MEASURED_ON)
     write_atomic(out, dump_profile(profile))
     click.echo(_nccl_table(profile))
     click.echo(f"wrote {out}")
@@ -127,6 +117,7 @@ def nccl(logs, out, ranks, nodes, op, gpu, cluster_name, nccl_version, name):
 def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
     """Fit efficiency(M, N, K, dtype) = E[dtype] x tile quantization x F / (F + half) (x an
     unaligned-dimension factor) from GEMM timings (CSV) and report the fit error."""
+    from autopar.specs.costparams import check_profile_gpu
     from calibration.gemm_bench import run_benchmark
     from calibration.gemm_data import read_samples
     from calibration.gemm_fit import fit_gemm, gemm_table
@@ -144,7 +135,7 @@ def gemm(csvs, out, run_bench, csv_out, quick, gpu, name):
     samples = read_samples(paths)
     fit, report = fit_gemm(samples, gpu, paths)
     base = existing_profile(out)
-    _check_same_gpu(base, fit.gpu, out)
+    check_profile_gpu(base, fit.gpu, "out", out, MEASURED_ON)
     profile = gemm_profile(name or Path(out).stem, fit, _command(), base)
     write_atomic(out, dump_profile(profile))
     click.echo(gemm_table(fit, report))

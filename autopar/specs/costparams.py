@@ -420,21 +420,33 @@ def describe_gpu_kind(gpu: "GpuSpec") -> str:
     return f"{gpu.name}: {gpu.architecture}, {nvlink}"
 
 
-def check_profile_gpu(profile: CalibrationProfile, gpu: "GpuSpec", field: str, value: object, against: str) -> None:
+def check_profile_gpu(profile: CalibrationProfile | None, gpu: "GpuSpec | str | None", field: str, value: object, against: str) -> None:
     """Refuse a profile measured on another kind of GPU (gpu_kind); a profile without a GPU, or
-    with a GPU no preset knows, cannot be compared and passes."""
-    from autopar.errors import ProfileNotFound
-    from autopar.specs.hardware import load_gpu
-
-    if profile.gpu is None:
+    with a GPU no preset knows, cannot be compared and passes. `gpu` may be a preset name (the GPU
+    of calibrate's measurements): none, or one no preset knows, passes too; so does no profile."""
+    if profile is None:
         return
-    try:
-        measured = load_gpu(profile.gpu)
-    except ProfileNotFound:
+    if gpu is None or isinstance(gpu, str):
+        gpu = _preset_gpu(gpu)
+    measured = _preset_gpu(profile.gpu)
+    if gpu is None or measured is None:
         return
     if gpu_kind(measured) != gpu_kind(gpu):
         raise InputError(field, value, f"profile {profile.name} was measured on {describe_gpu_kind(measured)}; {against} "
                          f"{describe_gpu_kind(gpu)}. A profile carries over only within one architecture and NVLink rate")
+
+
+def _preset_gpu(name: str | None) -> "GpuSpec | None":
+    """The GPU preset of a name; None for no name or one no preset knows (nothing to compare)."""
+    from autopar.errors import ProfileNotFound
+    from autopar.specs.hardware import load_gpu
+
+    if name is None:
+        return None
+    try:
+        return load_gpu(name)
+    except ProfileNotFound:
+        return None
 
 
 CostParams.model_rebuild()
