@@ -21,10 +21,12 @@ from autopar.limits import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
 if TYPE_CHECKING:
     from autopar.specs import ClusterSpec, ModelSpec, TrainingSpec
 
-# K/M/G/T and B (billion, as in "4B tokens": the same as G) for counts; Ki/Mi/Gi/Ti are always
-# powers of two. A byte size reads a trailing B as bytes instead (16MB, 1GiB).
-_SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-_BINARY = {"k": "ki", "m": "mi", "g": "gi", "b": "gi", "t": "ti"}
+# K/M/G/T/P and B (billion, as in "4B tokens": the same as G) for counts; Ki/Mi/Gi/Ti/Pi are always
+# powers of two. A byte size reads a trailing B as bytes instead (16MB, 1GiB). P is what
+# autopar.report.human_count writes past T (COUNT_UNITS), and plan --tokens has always read.
+_SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
+           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
+_BINARY = {"k": "ki", "m": "mi", "g": "gi", "b": "gi", "t": "ti", "p": "pi"}
 _NUMBER = re.compile(r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(?P<suffix>[a-z]*)")
 
 # The values of autopar.specs.Precision and solvers.base.Objective, spelled here so that --help
@@ -61,8 +63,8 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
 
 
 def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: bool = False) -> float:
-    """A finite number with an optional suffix. binary=True reads K/M/G/B/T as powers of two, the
-    ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
+    """A finite number with an optional suffix. binary=True reads K/M/G/B/T/P as powers of two,
+    the ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
     size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion,
     so a second B ('4BB') is refused, not read as 4 billion bytes. Digit separators ('1_000',
     '1,000') are refused by name (a comma separates the items of a list option: --batch-tokens
@@ -95,8 +97,8 @@ def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: boo
 
 def _suffixes(size_bytes: bool, binary: bool) -> str:
     if size_bytes:
-        return "K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)"
-    return f"K/M/G/T or B (= G{', powers of two' if binary else ', billion'}) or Ki/Mi/Gi/Ti"
+        return "K/M/G/T/P or Ki/Mi/Gi/Ti/Pi (a trailing B is bytes)"
+    return f"K/M/G/T/P or B (= G{', powers of two' if binary else ', billion'}) or Ki/Mi/Gi/Ti/Pi"
 
 
 def model_cluster_options(f: Callable) -> Callable:

@@ -23,16 +23,19 @@ from autopar.errors import InputError
     ("16MB", {"binary": True, "size_bytes": True}, 16 * 2**20),  # a byte size: the B is bytes
     ("4B", {"binary": True, "size_bytes": True}, 4),
     ("1e3", {}, 1000),
+    ("2P", {}, 2 * 10**15),                                       # P: plan --tokens read it before it used this parser
+    ("1P", {"binary": True}, 2**50),
+    ("1Pi", {}, 2**50),
 ])
 def test_suffixes(text, kwargs, expected):
     assert parse_count(text, "f", **kwargs) == expected
 
 
 @pytest.mark.parametrize("text, message", [
-    ("16Q", "f='16Q': unknown suffix 'Q'; use K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti"),
-    ("16MB", "f='16MB': unknown suffix 'MB'; use K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti"),
+    ("16Q", "f='16Q': unknown suffix 'Q'; use K/M/G/T/P or B (= G, powers of two) or Ki/Mi/Gi/Ti/Pi"),
+    ("16MB", "f='16MB': unknown suffix 'MB'; use K/M/G/T/P or B (= G, powers of two) or Ki/Mi/Gi/Ti/Pi"),
     ("nan", "f='nan': must be a positive, finite number"),
-    ("abc", "f='abc': must be a number with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix"),
+    ("abc", "f='abc': must be a number with an optional K/M/G/T/P or B (= G, powers of two) or Ki/Mi/Gi/Ti/Pi suffix"),
 ])
 def test_bad_counts_name_the_rule(text, message):
     with pytest.raises(InputError) as err:
@@ -61,7 +64,7 @@ def test_digit_separators_are_named(text):
     with pytest.raises(InputError) as err:
         parse_count(text, "f", binary=True)
     assert str(err.value) == (f"f={text!r}: must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), "
-                              "with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix")
+                              "with an optional K/M/G/T/P or B (= G, powers of two) or Ki/Mi/Gi/Ti/Pi suffix")
 
 
 def test_global_batch_tokens_with_underscores_names_the_syntax():
@@ -70,7 +73,7 @@ def test_global_batch_tokens_with_underscores_names_the_syntax():
     # one line, exit 1, the rule from parse_quantity (was "must be a positive, finite number")
     assert r.exit_code == 1
     assert r.stderr == ("Error: global-batch-tokens='1_000': must be a number without '_' or ',' between digits (1000 or 1K, "
-                        "not 1_000), with an optional K/M/G/T or B (= G, powers of two) or Ki/Mi/Gi/Ti suffix\n")
+                        "not 1_000), with an optional K/M/G/T/P or B (= G, powers of two) or Ki/Mi/Gi/Ti/Pi suffix\n")
 
 
 @pytest.mark.parametrize("text, suffix", [("4BB", "BB"), ("4bb", "BB"), ("4GiBB", "GIBB"), ("16MBB", "MBB")])
@@ -78,13 +81,22 @@ def test_a_byte_size_has_one_b(text, suffix):
     # the trailing B is bytes; what is left ('4B') was read as 4 billion (4 x 2**30 with binary)
     with pytest.raises(InputError) as err:
         parse_count(text, "bytes", binary=True, size_bytes=True)
-    assert str(err.value) == f"bytes={text!r}: unknown suffix {suffix!r}; use K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)"
+    assert str(err.value) == f"bytes={text!r}: unknown suffix {suffix!r}; use K/M/G/T/P or Ki/Mi/Gi/Ti/Pi (a trailing B is bytes)"
 
 
 def test_comm_refuses_4bb():
     # `autopar comm --bytes 4BB` costed a 4,294,967,296-byte all-reduce; 4B alone is 4 bytes
     r = CliRunner().invoke(main, ["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "4BB"])
     assert r.exit_code == 1
-    assert r.stderr == "Error: bytes='4BB': unknown suffix 'BB'; use K/M/G/T or Ki/Mi/Gi/Ti (a trailing B is bytes)\n"
+    assert r.stderr == "Error: bytes='4BB': unknown suffix 'BB'; use K/M/G/T/P or Ki/Mi/Gi/Ti/Pi (a trailing B is bytes)\n"
     r = CliRunner().invoke(main, ["comm", "--cluster", "dgx-h100", "--op", "all_reduce", "--bytes", "4B", "--json"])
     assert r.exit_code == 0 and '"size_bytes": 4,' in r.stdout
+
+
+@pytest.mark.parametrize("value, text", [(1e15, "1P"), (2.5e15, "2.5P"), (1.5e13, "15T")])
+def test_what_human_count_writes_reads_back(value, text):
+    # autopar.report.COUNT_UNITS: "the suffixes autopar reads back"; P was written but refused
+    from autopar.report import human_count
+
+    assert human_count(value) == text
+    assert parse_count(text, "tokens") == value
