@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from autopar.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 # K/M/G/T/P and B (billion, as in "4B tokens": the same as G) for counts; Ki/Mi/Gi/Ti/Pi are always
-# powers of two. A byte size reads a trailing B as bytes instead (16MB, 1GiB). P is what
-# autopar.report.human_count writes past T (COUNT_UNITS), and plan --tokens has always read.
+# powers of two. A byte size reads a trailing B as bytes instead (16MB, 1GiB); money ($5M) takes
+# the decimal ones. P is what autopar.report.human_count writes past T (COUNT_UNITS), and plan
+# --tokens has always read.
 _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
            "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
 _BINARY = {"k": "ki", "m": "mi", "g": "gi", "b": "gi", "t": "ti", "p": "pi"}
@@ -62,32 +63,44 @@ def parse_count(value: str, field: str, binary: bool = False, maximum: float | N
     return int(result)
 
 
-def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: bool = False) -> float:
+def parse_amount(value: str, field: str, money: bool = False) -> float:
+    """A positive decimal amount, fractions allowed: '15T' tokens = 1.5e13, '2.87T', '1.6e6';
+    with money=True a leading $ too ('$5M' = 5e6 dollars). parse_quantity's syntax and wording."""
+    result = parse_quantity(value, field, money=money)
+    if result <= 0:
+        raise InputError(field, value, "must be a positive, finite number")
+    return result
+
+
+def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: bool = False, money: bool = False) -> float:
     """A finite number with an optional suffix. binary=True reads K/M/G/B/T/P as powers of two,
     the ML convention for token batches ('16M tokens' = 2048 x 8192 = 16,777,216; 4B = 4G = 2**32).
     size_bytes=True reads a trailing B as bytes ('16MB' = '16M', '4B' = 4 bytes), not as billion,
-    so a second B ('4BB') is refused, not read as 4 billion bytes. Digit separators ('1_000',
-    '1,000') are refused by name (a comma separates the items of a list option: --batch-tokens
-    8M,16M). Any other suffix is refused by name."""
+    so a second B ('4BB') is refused, not read as 4 billion bytes. money=True allows a leading $
+    and only the decimal suffixes ('$2.5M'; $1Mi is no amount of money). Digit separators
+    ('1_000', '1,000') are refused by name (a comma separates the items of a list option:
+    --batch-tokens 8M,16M). Any other suffix is refused by name."""
     text = str(value).strip().lower()
+    if money:
+        text = text.removeprefix("$")
     as_bytes = size_bytes and text.endswith("b")
     if as_bytes:
         text = text[:-1]
     match = _NUMBER.fullmatch(text)
     if match is None:
+        optional = f"with an optional {'leading $ and ' * money}{_suffixes(size_bytes, binary, money)} suffix"
         if re.search(r"\d[_,]\d", text):
-            raise InputError(field, value, f"must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), "
-                             f"with an optional {_suffixes(size_bytes, binary)} suffix")
+            raise InputError(field, value, f"must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), {optional}")
         try:  # nan, inf: a number, but not a count
             number = float(text)
         except ValueError:
             number = 0.0
         if math.isfinite(number):
-            raise InputError(field, value, f"must be a number with an optional {_suffixes(size_bytes, binary)} suffix")
+            raise InputError(field, value, f"must be a number {optional}")
         raise InputError(field, value, "must be a positive, finite number")
     number, suffix = match["number"], match["suffix"]
-    if suffix and (suffix not in _SUFFIX or (as_bytes and suffix == "b")):
-        raise InputError(field, value, f"unknown suffix {(suffix + 'b' * as_bytes).upper()!r}; use {_suffixes(size_bytes, binary)}")
+    if suffix and (suffix not in _SUFFIX or (as_bytes and suffix == "b") or (money and suffix not in _BINARY)):
+        raise InputError(field, value, f"unknown suffix {(suffix + 'b' * as_bytes).upper()!r}; use {_suffixes(size_bytes, binary, money)}")
     scale = _SUFFIX[_BINARY.get(suffix, suffix) if binary else suffix] if suffix else 1
     result = float(number) * scale
     if not math.isfinite(result):
@@ -95,9 +108,11 @@ def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: boo
     return result
 
 
-def _suffixes(size_bytes: bool, binary: bool) -> str:
+def _suffixes(size_bytes: bool, binary: bool, money: bool = False) -> str:
     if size_bytes:
         return "K/M/G/T/P or Ki/Mi/Gi/Ti/Pi (a trailing B is bytes)"
+    if money:
+        return "K/M/G/T/P or B (= G, billion)"
     return f"K/M/G/T/P or B (= G{', powers of two' if binary else ', billion'}) or Ki/Mi/Gi/Ti/Pi"
 
 

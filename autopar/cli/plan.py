@@ -11,28 +11,14 @@ from typing import TYPE_CHECKING
 import click
 
 from autopar.cli import main
-from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_count, parse_quantity, write_atomic
+from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_amount, parse_count, parse_quantity, write_atomic
 from autopar.fix import parse_fix
 from autopar.errors import InputError
 
 if TYPE_CHECKING:  # the planner (numpy, OR-Tools) loads when the command runs, not for --help
     from solvers.planner import PlanReport, PlanRequest
 
-_DECIMAL = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
 _DAYS = {"d": 1.0, "h": 1 / 24, "w": 7.0}
-
-
-def parse_amount(value: str, field: str) -> float:
-    """'15T' -> 1.5e13, '$5M' -> 5e6, '2.87T' -> 2.87e12 (decimal suffixes); positive and finite."""
-    text = str(value).strip().lower().lstrip("$").replace(",", "").replace("_", "")
-    scale = _DECIMAL.get(text[-1:], None) if text else None
-    try:
-        number = float(text[:-1] if scale else text) * (scale or 1)
-    except ValueError:
-        raise InputError(field, value, "must be a number with an optional K/M/G/T suffix") from None
-    if not (math.isfinite(number) and number > 0):
-        raise InputError(field, value, "must be a positive, finite number")
-    return number
 
 
 def parse_tokens_binary(value: str, field: str) -> int:
@@ -281,7 +267,7 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         raise InputError("lr0" if lr0 is None else "batch0", lr0 if lr0 is None else batch0, "give both --lr0 and --batch0")
     if lr0 is not None:
         learning_rate = (_positive(lr0, "lr0"), parse_tokens_binary(batch0, "batch0"), optimizer)
-    constraints = Constraints(parse_days(deadline), parse_amount(budget, "budget") if budget else None, objective)
+    constraints = Constraints(parse_days(deadline), parse_amount(budget, "budget", money=True) if budget else None, objective)
     return PlanRequest(
         model=model, cluster=cluster, seq_len=seq_len, precision=Precision(precision), tokens=token_count,
         gpu_counts=parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node),

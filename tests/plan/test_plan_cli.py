@@ -171,6 +171,15 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "nan"], "Error: tokens='nan': must be a positive, finite number"),
     (["--tokens", "-5T"], "Error: tokens='-5T': must be a positive, finite number"),
     (["--tokens", "lots"], "Error: tokens='lots': must be a number"),
+    # --tokens and --budget read with the shared count parser (autopar/cli/common.py parse_amount):
+    # its syntax and wording, as --global-batch-tokens; plan's own parser dropped '_' and ',' and
+    # took a $ on any amount
+    (["--tokens", "15_000_000"], "Error: tokens='15_000_000': must be a number without '_' or ',' between digits (1000 or 1K, "
+                                 "not 1_000), with an optional K/M/G/T/P or B (= G, billion) or Ki/Mi/Gi/Ti/Pi suffix\n"),
+    (["--tokens", "$1T"], "Error: tokens='$1T': must be a number with an optional K/M/G/T/P or B (= G, billion) or Ki/Mi/Gi/Ti/Pi suffix\n"),
+    (["--tokens", "1T", "--budget", "5Mi"], "Error: budget='5Mi': unknown suffix 'MI'; use K/M/G/T/P or B (= G, billion)\n"),
+    (["--tokens", "1T", "--budget", "lots"], "Error: budget='lots': must be a number with an optional leading $ and K/M/G/T/P "
+                                             "or B (= G, billion) suffix\n"),
     (["--tokens", "1T", "--deadline", "0d"], "Error: deadline='0d': must be a positive, finite duration (60d, 1440h, 8w)"),
     # a duration: days, hours or weeks, not the K/M/G/T of counts (it asked for a K/M/G/T suffix)
     (["--tokens", "1T", "--deadline", "1x"], "Error: deadline='1x': must be a duration: a number of days, or with a d/h/w suffix (60d, 1440h, 8w)"),
@@ -327,3 +336,24 @@ def test_deadline_is_a_duration_in_days_hours_or_weeks():
     from autopar.cli.plan import parse_days
 
     assert [parse_days(v) for v in ("60d", "1440h", "8w", "60", " 1,440H ")] == [60.0, 60.0, 56.0, 60.0, 60.0]
+
+
+@pytest.mark.parametrize("text, money, expected", [
+    ("15T", False, 1.5e13),      # decimal: --tokens help, 15T = 1.5e13
+    ("2.87T", False, 2.87e12),   # fractions, as --ramp's UNTIL_TOKENS (4M@2.87T)
+    ("1P", False, 1e15),         # P, which plan's own parser read
+    ("1.6e6", False, 1.6e6),     # --gradient-noise TRACE
+    ("$2.5M", True, 2.5e6),      # --budget help: 5M, $2.5M
+    ("$1.2B", True, 1.2e9),      # B is billion: autopar.report.dollars writes $1.2B
+])
+def test_amounts_plan_reads(text, money, expected):
+    from autopar.cli.plan import parse_amount
+
+    assert parse_amount(text, "f", money=money) == expected
+
+
+def test_a_budget_reads_back_as_dollars_writes_it():
+    from autopar.cli.plan import parse_amount
+    from autopar.report import dollars
+
+    assert dollars(5e6) == "$5M" and parse_amount(dollars(5e6), "budget", money=True) == 5e6
