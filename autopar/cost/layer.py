@@ -103,7 +103,12 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
         elem_bytes = elem_bytes + moe_bytes
     else:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
-    extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index) if batch.stack.elementwise == "eager" else (0.0, 0.0)
+    if batch.stack.elementwise == "eager":
+        extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index)
+    elif batch.stack.rope_complex_fallback:
+        extra_fwd, extra_bwd = _rope_fallback_bytes(batch, index)
+    else:
+        extra_fwd, extra_bwd = 0.0, 0.0
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
     out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd + input_gradient_sum_bytes(batch, gemms, shares))
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
@@ -199,16 +204,37 @@ def qk_norm_width(batch: Batch, no_softmax: bool):
     return m.num_attention_heads * m.head_size / t.tp + m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
 
 
+def _rope_widths(batch: Batch, index: int) -> tuple[float, float]:
+    """Query and key widths per token on this TP rank that RoPE touches (0, 0 without softmax attention)."""
+    m, t = batch.model, batch.tab
+    if not m.has_softmax_attention(index):
+        return 0.0, 0.0
+    return m.num_attention_heads * m.head_size / t.tp, m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+
+
+def _rope_fallback_bytes(batch: Batch, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """The eager RoPE bytes [forward, backward] of a fused stack whose RoPE the compiler leaves to
+    eager kernels (StackSpec.rope_complex_fallback): torchtitan's apply_rotary_emb casts Q and K
+    to fp32, multiplies them as complex numbers (view_as_complex) and casts back
+    (torchtitan@9dec370 torchtitan/models/llama/model.py L108-109; the same in
+    models/common/rope.py today), and Inductor generates no code for complex operators."""
+    m = batch.model
+    if m.position_embedding != "rope":
+        return 0.0, 0.0
+    q, k = _rope_widths(batch, index)
+    x = batch.params.memory.eager_extra_bytes.rope
+    return x[0] * (q + k) * batch.tokens, x[1] * (q + k) * batch.tokens
+
+
 def _eager_extra_bytes(batch: Batch, f_act, index: int) -> tuple[np.ndarray, np.ndarray]:
     """HBM bytes that eager element-wise kernels move beyond fused ones, per micro-batch layer
     [forward, backward]: the norms (h per token, sequence-sharded with SP) and the QK norms, RoPE on the query
     and key heads, the gated product's F elements, the attention output's layout copy
     (profiles/cost/defaults.yaml memory.eager_extra_bytes). A layer without softmax attention has
     no RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
-    m, t, T, x = batch.model, batch.tab, batch.tokens, batch.params.memory.eager_extra_bytes
+    m, T, x = batch.model, batch.tokens, batch.params.memory.eager_extra_bytes
     no_softmax = not m.has_softmax_attention(index)
-    q = 0.0 if no_softmax else m.num_attention_heads * m.head_size / t.tp
-    k = 0.0 if no_softmax else m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
+    q, k = _rope_widths(batch, index)
     gated = 1.0 if m.gated_mlp else 0.0
     rope = 1.0 if m.position_embedding == "rope" else 0.0
     out = []

@@ -43,6 +43,11 @@ class StackSpec(StrictModel):
                                   "the ring in fp32 one block at a time")
     kv_heads_repeated: bool = Field(False, description="K and V reach the attention kernel repeated to the query heads "
                                     "(torchtitan repeat_kv before SDPA), so CP exchanges carry every query head, not the KV heads")
+    rope_complex_fallback: bool = Field(False, description="RoPE runs as a complex multiply in fp32 (torch.view_as_complex) that "
+                                        "the compiler cannot generate code for: Inductor falls back to the eager kernels for it "
+                                        "(torch/_inductor/lowering.py make_fallback(aten.view_as_complex), "
+                                        "_warn_complex_not_supported), so RoPE moves memory.eager_extra_bytes.rope even where the "
+                                        "other element-wise kernels are fused")
     separate_projections: bool = Field(False, description="The query, key and value projections, and a gated MLP's gate and "
                                        "up projections, are separate linear layers on one input (torchtitan's Llama wq, wk, wv and "
                                        "w1, w3; Hugging Face q/k/v_proj, gate/up_proj), not one fused GEMM each (Megatron linear_qkv, "
