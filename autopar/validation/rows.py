@@ -79,10 +79,12 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or
   'compile' in the precision or variant, or notes / software version saying 'torch.compile
   enabled', 'compile on', 'compile from <toml>' and not 'compile off'); Composer/llm-foundry FSDP ->
-  llm-foundry
+  llm-foundry; HF Trainer / Accelerate, fairscale, metaseq, fms-fsdp or 'PyTorch FSDP' as the trainer
+  (not Megatron/NeMo) -> pytorch-fsdp; other DeepSpeed rows -> deepspeed; the rest -> megatron
 - sequence_parallel: on when tp > 1 (Megatron-Core and NeMo default), off for 2021 software
-- recompute in other trainers' words: 'activation/gradient checkpointing', 'AC=full', yes/true
-  -> full; 'SAC' -> selective; off/false -> none; anything else is an open choice
+- recompute in other trainers' words: 'none', 'without/no activation checkpointing' -> none
+  (read first); 'activation/gradient checkpointing', 'AC=full', yes/true -> full; 'SAC' ->
+  selective; off/false -> none; anything else is an open choice
 - ZeRO stage in words: os / os+g / os+g+p (the ZeRO paper's partitions) -> 1 / 2 / 3, FSDP -> 3,
   distributed optimizer -> 1, none/DDP -> 0; PyTorch FSDP HYBRID_SHARD shards within a node,
   SHARD_GRAD_OP keeps the gathered weights from forward to backward (reshard off)
@@ -394,7 +396,17 @@ def row_stack(row: dict[str, Any]) -> Stack:
         return Stack.llm_foundry
     if "deepspeed" in software:
         return Stack.deepspeed
+    if PYTORCH_FSDP_TRAINERS.search(software) and not re.search(r"megatron|nemo", software):
+        return Stack.pytorch_fsdp
     return Stack.megatron
+
+
+# Trainers that run a Hugging Face-style model under PyTorch FSDP with eager kernels (the
+# pytorch-fsdp stack): HF Trainer / Accelerate, fairscale and metaseq (OPT), IBM fms-fsdp, or a
+# row that names PyTorch FSDP as its trainer. Composer / llm-foundry and torchtitan are matched first.
+PYTORCH_FSDP_TRAINERS = re.compile(
+    r"hugging ?face|\bhf (?:transformers|trainer|accelerate)\b|\btransformers trainer\b|\baccelerate\b|fairscale|metaseq|"
+    r"fms[-_ ]fsdp|pytorch fsdp|torch\.distributed\.fsdp")
 
 
 # A per-head width the row's model config states (Megatron --kv-channels, HF head_dim) where it
@@ -622,6 +634,8 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
 
 def _recompute(row: dict[str, Any]) -> Recompute | None:
     text = str(row.get("recompute") or "").lower().strip()
+    if text.startswith("none") or NO_RECOMPUTE_WORDS.search(text):  # before the words a negation names
+        return Recompute.none
     if text.startswith("full") or FULL_RECOMPUTE_WORDS.search(text) or text in ("true", "yes", "on", "enabled", "1"):
         return Recompute.full
     if text.startswith("selective") or re.search(r"\b(?:sac|ac\s*=\s*selective|selective (?:ac|activation))\b", text):
@@ -633,6 +647,8 @@ def _recompute(row: dict[str, Any]) -> Recompute | None:
 
 # full recompute in other trainers' words: HF 'gradient_checkpointing: true', DeepSpeed / FSDP
 # 'activation checkpointing' (whole blocks), torchtitan 'AC mode full'
+# no recompute in words: 'none (trained without activation checkpointing)', 'no gradient checkpointing'
+NO_RECOMPUTE_WORDS = re.compile(r"\b(?:without|no)\s+(?:activation\s+|gradient\s+)?(?:checkpointing|recompute|recomputation)\b")
 FULL_RECOMPUTE_WORDS = re.compile(r"\b(?:gradient|activation) checkpointing\b(?!.*selective)|\bac\s*[=:]?\s*full\b|\bfull ac\b")
 
 

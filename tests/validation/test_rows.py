@@ -339,6 +339,23 @@ def test_torchtitan_compile_read_from_the_row(fields, compiled):
     assert row_stack(row) == (Stack.torchtitan_compile if compiled else Stack.torchtitan)
 
 
+@pytest.mark.parametrize("software, stack", [
+    ("HF Transformers Trainer + Accelerate + PyTorch FSDP (FSDP1) + PEFT LoRA", "pytorch-fsdp"),
+    ("metaseq (fairscale FSDP)", "pytorch-fsdp"),
+    ("PyTorch FSDP", "pytorch-fsdp"),
+    ("fms-fsdp", "pytorch-fsdp"),
+    ("MosaicML Composer + PyTorch FSDP", "llm-foundry"),       # Composer is its own stack
+    ("NeMo 2.0 / Megatron-Core (Megatron-FSDP)", "megatron"),  # Megatron's own FSDP, Megatron kernels
+    ("HF Accelerate + DeepSpeed ZeRO-3", "deepspeed"),
+    ("Meta internal 4D parallelism (PyTorch; FSDP+TP+PP+CP; NCCLX)", "megatron"),  # no named FSDP trainer
+])
+def test_pytorch_fsdp_trainers_run_the_pytorch_fsdp_stack(software, stack):
+    """A Hugging Face / Accelerate / fairscale FSDP row runs eager HF kernels under FSDP1
+    (profiles/stacks/pytorch-fsdp.yaml), not Megatron's fused ones."""
+    from autopar.validation.rows import row_stack
+    assert row_stack({"software": software, "id": "r"}).value == stack
+
+
 # Rows from other tables leave columns out or write them differently: what a row does not state
 # comes from what it does, and what nothing supplies is named in the skip, never a KeyError.
 BARE = {k: v for k, v in BASE.items() if k not in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size")}
@@ -418,6 +435,10 @@ def test_precision_read_from_text_without_precision_normalized(written, precisio
 @pytest.mark.parametrize("written, recompute", [
     ("activation checkpointing", "full"), ("gradient checkpointing", "full"), ("AC=full", "full"), ("yes", "full"),
     ("selective", "selective"), ("SAC", "selective"), ("off", "none"), ("partial (20 layers)", None),
+    # a negation is read before the words it negates (llm-foundry's tables: 'trained without
+    # activation checkpointing'), so these are none, not full
+    ("none (trained without activation checkpointing)", "none"), ("no gradient checkpointing", "none"),
+    ("without recompute", "none"),
 ])
 def test_recompute_spellings(written, recompute):
     fields = row_inputs({**BASE, "recompute": written}).plan_fields
