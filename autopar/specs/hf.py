@@ -79,6 +79,13 @@ NUMBER_KEYS = (
 # alpha = 0.0001; Megatron-Bridge 067f987 models/deepseek/deepseek_v3_bridge.py and Megatron-LM
 # d98e8a6 examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh (seq_aux_loss, 1e-4) use the same
 DEEPSEEK_V3_SEQ_AUX_LOSS = 1e-4
+# Nemotron-H MoE (Nemotron 3 Nano/Super/Ultra): transformers' NemotronHConfig has no balance-loss
+# key (router_aux_loss_coef / aux_loss_alpha), and its routers train with a sigmoid score, an expert
+# bias and a sequence-wise loss of weight 1e-4: Megatron-Bridge 067f987
+# models/nemotronh/nemotron_h_bridge.py provider_bridge and recipes/nemotronh/h100/nemotron_3_nano.py
+# (moe_aux_loss_coeff 0.0001, seq_aux_loss); Megatron-LM d98e8a6
+# examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-{Nano,Super,Ultra}-*.sh alike
+NEMOTRON_H_SEQ_AUX_LOSS = 1e-4
 ROPE_NUMBER_KEYS = ("rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
                     "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor")
 
@@ -352,11 +359,14 @@ def _nemotron_h(cfg: dict[str, Any], field: str, name: str) -> dict[str, Any]:
     if "E" not in pattern:  # the config's n_routed_experts default describes no layer
         return {**out, "num_experts": 0, "moe_top_k": 0, "moe_ffn_hidden_size": None, "moe_shared_expert_ffn_size": 0,
                 "moe_router_topk_norm": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
-                "moe_router_topk_scaling_factor": None}
+                "moe_router_topk_scaling_factor": None, "moe_aux_loss_coeff": None, "moe_aux_loss_per_sequence": False}
     shared = (cfg.get("moe_shared_expert_intermediate_size") or 0) * (cfg.get("n_shared_experts") or 1)
+    # the balance loss: the file's weight when it names one (_balance_loss), else NEMOTRON_H_SEQ_AUX_LOSS,
+    # computed per sequence either way (Megatron-Bridge's provider sets seq_aux_loss for the family)
+    coeff = _balance_loss(cfg).get("moe_aux_loss_coeff", NEMOTRON_H_SEQ_AUX_LOSS)
     # LatentMoE (Nemotron 3 Super/Ultra): routed experts work at moe_latent_size
     return {**out, "moe_shared_expert_ffn_size": shared, "moe_router_score_function": "sigmoid", "moe_router_expert_bias": True,
-            "moe_latent_size": cfg.get("moe_latent_size")}
+            "moe_latent_size": cfg.get("moe_latent_size"), "moe_aux_loss_coeff": coeff, "moe_aux_loss_per_sequence": True}
 
 
 def _activation(cfg: dict[str, Any], mtype: str) -> str:

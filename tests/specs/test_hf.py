@@ -287,10 +287,27 @@ def test_router_balance_loss_weight_from_the_config(preset, coeff, per_sequence)
     assert (m.moe_aux_loss_coeff, m.moe_aux_loss_per_sequence) == (coeff, per_sequence)
 
 
-def test_dense_and_hybrid_models_have_no_balance_loss_weight():
+def test_dense_models_have_no_balance_loss_weight():
     assert load_model("llama3-8b").moe_aux_loss_coeff is None
-    # NVIDIA-Nemotron-3-Nano-30B-A3B config.json names none (expert-bias routing)
-    assert load_model("nemotron-3-nano-30b-a3b").moe_aux_loss_coeff is None
+    # Nemotron-H 8B: Mamba-2, attention and MLP layers, no MoE
+    assert load_model("nemotron-h-8b").moe_aux_loss_coeff is None
+
+
+@pytest.mark.parametrize("preset", ["nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"])
+def test_nemotron_h_moe_trains_a_sequence_wise_balance_loss(preset):
+    # their config.json files (and transformers 5.12 NemotronHConfig) name no router_aux_loss_coef or
+    # aux_loss_alpha; the routers trained beside their expert bias with a sequence-wise loss of 1e-4:
+    # Megatron-Bridge 067f987 nemotron_h_bridge.py provider_bridge (moe_aux_loss_coeff 0.0001,
+    # seq_aux_loss) and Megatron-LM d98e8a6 examples/post_training/modelopt/conf/nvidia/
+    # NVIDIA-Nemotron-3-{Nano,Super,Ultra}-*.sh (--moe-aux-loss-coeff 1e-4, seq_aux_loss)
+    m = load_model(preset)
+    assert (m.moe_aux_loss_coeff, m.moe_aux_loss_per_sequence, m.moe_router_expert_bias) == (1e-4, True, True)
+
+
+def test_nemotron_h_moe_reads_a_balance_loss_weight_its_file_names(tmp_path):
+    cfg = json.loads((PROFILES_DIR / "models" / "nemotron-3-nano-30b-a3b.json").read_text())
+    m = load_model(str(_write(tmp_path, {**cfg, "router_aux_loss_coef": 0.003}, "nano-finetune")))
+    assert (m.moe_aux_loss_coeff, m.moe_aux_loss_per_sequence) == (0.003, True)
 
 
 def test_a_preset_matches_its_config_whatever_the_balance_loss_weight(tmp_path):

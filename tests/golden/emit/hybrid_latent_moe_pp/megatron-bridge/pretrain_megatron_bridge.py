@@ -64,6 +64,8 @@ OVERRIDES = {
     'model.moe_token_dispatcher_type': 'alltoall',
     'model.overlap_moe_expert_parallel_comm': False,
     'model.moe_latent_size': 1024,
+    'model.moe_router_load_balancing_type': 'seq_aux_loss',
+    'model.moe_aux_loss_coeff': 0.0001,
     'train.micro_batch_size': 1,
     'train.global_batch_size': 256,
     'train.train_iters': 1000,

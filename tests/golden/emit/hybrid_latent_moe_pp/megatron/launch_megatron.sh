@@ -75,6 +75,8 @@ MEGATRON_ARGS=(
   --moe-latent-size 1024
   --moe-router-score-function sigmoid
   --moe-router-enable-expert-bias
+  --moe-router-load-balancing-type seq_aux_loss
+  --moe-aux-loss-coeff 0.0001
   --moe-router-topk-scaling-factor 5
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall

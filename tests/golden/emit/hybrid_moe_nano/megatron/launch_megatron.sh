@@ -70,6 +70,8 @@ MEGATRON_ARGS=(
   --moe-shared-expert-intermediate-size 3712
   --moe-router-score-function sigmoid
   --moe-router-enable-expert-bias
+  --moe-router-load-balancing-type seq_aux_loss
+  --moe-aux-loss-coeff 0.0001
   --moe-router-topk-scaling-factor 2.5
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall
