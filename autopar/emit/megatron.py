@@ -321,17 +321,19 @@ def _model_checks(job: EmitJob, rules: Rules) -> None:
                     f"{m.name}: rope_scaling {given}: Megatron-LM builds llama3 scaling with only its factor settable "
                     f"(--use-rope-scaling --rope-scaling-factor; {', '.join(f'{k} {v:g}' for k, v in LLAMA3_FIXED.items())}), "
                     "linear scaling by an integer --rotary-seq-len-interpolation-factor, and YaRN "
-                    "(--position-embedding-type yarn); the run would train another position encoding",
+                    "(--position-embedding-type yarn, without a flag for its attention_factor); the run would train another "
+                    "position encoding",
                     "megatron/training/arguments.py --use-rope-scaling, --rotary-seq-len-interpolation-factor; "
                     "core/models/common/embeddings/rotary_pos_embedding.py _apply_scaling (d98e8a6)")
     scaling = m.rope_scaling
     if m.mla is not None and scaling is not None:
         fixed = mla_yarn_unexpressed(m)
-        given = ", ".join([f"type={scaling.type}", *(f"{k}={v:g}" for k, v in fixed.items())])
+        given = ", ".join([f"type={scaling.type}", *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in fixed.items())])
         reach = ", ".join(f"{k} {v:g}" for k, v in MLA_YARN_FIXED.items())
         rules.check(scaling.type == "yarn" and not fixed, MLA_ROPE_RULE,
                     f"{m.name}: rope_scaling {given}: MLA builds its RoPE from MLATransformerConfig (rope_type rope or "
-                    f"yarn), and no Megatron-LM flag sets its YaRN {reach} (the --yarn-* flags reach non-MLA models only); "
+                    f"yarn), and no Megatron-LM flag sets its YaRN {reach}, an attention_factor or an unrounded correction range "
+                    "(the --yarn-* flags reach non-MLA models only); "
                     "the run would train another position encoding",
                     "megatron/training/argument_utils.py _apply_yarn_config_from_args; transformer_config.py MLATransformerConfig (d98e8a6)")
 

@@ -38,13 +38,18 @@ def max_position_embeddings(model: ModelSpec, seq_len: int) -> int:
 MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
-def mla_yarn_unexpressed(m: ModelSpec) -> dict[str, float]:
+def mla_yarn_unexpressed(m: ModelSpec) -> dict[str, object]:
     """An MLA model's YaRN values Megatron-LM's command line cannot set (field -> HF value)."""
     scaling = m.rope_scaling
     if m.mla is None or scaling is None or scaling.type != "yarn":
         return {}
     given = {k: getattr(scaling, k) for k in MLA_YARN_FIXED}
-    return {k: v for k, v in given.items() if v is not None and v != MLA_YARN_FIXED[k]}
+    out: dict[str, object] = {k: v for k, v in given.items() if v is not None and v != MLA_YARN_FIXED[k]}
+    if scaling.attention_factor is not None:  # no MLA field: the cos/sin scale comes from the mscales
+        out["attention_factor"] = scaling.attention_factor
+    if scaling.truncate is False:  # MLATransformerConfig rounds the correction range (no field to turn it off)
+        out["truncate"] = False
+    return out
 
 
 def _mla_rope_flags(m: ModelSpec) -> list[Group]:
@@ -85,7 +90,19 @@ def rope_scaling_unexpressed(m: ModelSpec) -> dict[str, object]:
         return {k: v for k, v in given.items() if v is not None and v != LLAMA3_FIXED[k]}
     if scaling.type == "linear" and scaling.factor != int(scaling.factor):
         return {"factor": scaling.factor}
+    if scaling.type == "yarn" and scaling.attention_factor is not None:  # no flag sets YaRN's cos/sin scale directly
+        return {"attention_factor": scaling.attention_factor}
     return {}
+
+
+def yarn_mscale_flags(scaling) -> list[Group]:
+    """YaRN's cos/sin scale: transformers (modeling_rope_utils.py _compute_yarn_parameters) takes the
+    mscale ratio only when mscale and mscale_all_dim are both given and non-zero, else 0.1 ln(factor)
+    + 1; Megatron's YarnRotaryEmbedding always takes the ratio, and its defaults (--mscale 1,
+    --mscale-all-dim 0) give 0.1 ln(factor) + 1. So the flags go out only as a pair."""
+    if not (scaling.mscale and scaling.mscale_all_dim):
+        return []
+    return [["--mscale", f"{scaling.mscale:g}"], ["--mscale-all-dim", f"{scaling.mscale_all_dim:g}"]]
 
 
 def _rope_flags(m: ModelSpec) -> list[Group]:
@@ -102,17 +119,15 @@ def _rope_flags(m: ModelSpec) -> list[Group]:
     elif scaling.type == "linear":  # RotaryEmbedding divides the positions by the factor, as HF's linear type
         out.append(["--rotary-seq-len-interpolation-factor", f"{scaling.factor:g}"])
     elif scaling.type == "yarn":
-        out += [["--rotary-scaling-factor", f"{scaling.factor:g}"]]
-        if scaling.mscale is not None:
-            out.append(["--mscale", f"{scaling.mscale:g}"])
-        if scaling.mscale_all_dim is not None:
-            out.append(["--mscale-all-dim", f"{scaling.mscale_all_dim:g}"])
+        out += [["--rotary-scaling-factor", f"{scaling.factor:g}"], *yarn_mscale_flags(scaling)]
         if scaling.original_max_position_embeddings is not None:
             out.append(["--yarn-original-max-position-embeddings", str(scaling.original_max_position_embeddings)])
         if scaling.beta_fast is not None:
             out.append(["--yarn-beta-fast", f"{scaling.beta_fast:g}"])
         if scaling.beta_slow is not None:
             out.append(["--yarn-beta-slow", f"{scaling.beta_slow:g}"])
+        if scaling.truncate is False:  # transformers' truncate false: the correction range is not rounded (gpt-oss)
+            out.append(["--no-yarn-correction-range-round-to-int"])
     return out
 
 

@@ -87,7 +87,7 @@ DEEPSEEK_V3_SEQ_AUX_LOSS = 1e-4
 # examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-{Nano,Super,Ultra}-*.sh alike
 NEMOTRON_H_SEQ_AUX_LOSS = 1e-4
 ROPE_NUMBER_KEYS = ("rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
-                    "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor")
+                    "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor", "attention_factor")
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -156,19 +156,72 @@ def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
     return cfg[key]
 
 
-def _rope(cfg: dict[str, Any]) -> dict[str, Any]:
+# RoPE types: the keys transformers' RoPE of each type reads (5.12 modeling_rope_utils.py
+# _compute_*_parameters) and those its config validation requires (_validate_*_rope_parameters;
+# original_max_position_embeddings is defaulted by standardize_rope_params, so not required here)
+ROPE_TYPE_KEYS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"),
+    "longrope": ("factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+}
+ROPE_REQUIRED_KEYS = {"linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",), "longrope": ("short_factor", "long_factor"),
+                      "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+# RoPE types refused with the reason (an unknown one by its name): autopar's model has one 1-D RoPE
+ROPE_REFUSED = {
+    "mrope": "multimodal RoPE (Qwen2-VL): each token's rotation comes from a temporal, a height and a width position over "
+             "mrope_section's parts of the head, not one position per token",
+    "proportional": "Gemma-4's proportional RoPE, a family autopar does not read",
+}
+
+
+def _rope_block(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The RoPE mapping and its key: rope_scaling (transformers 4 files) over rope_parameters (5).
+    transformers 5 writes one rope_parameters block per layer type when they differ (Gemma-3);
+    the full-attention layers' one is read, as a transformers 4 file's rope_theta / rope_scaling
+    describe those layers (Gemma-3's sliding layers' own base is rope_local_base_freq)."""
+    if isinstance(cfg.get("rope_scaling"), dict) and cfg["rope_scaling"]:
+        return cfg["rope_scaling"], "rope_scaling"
     params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    if params and all(isinstance(v, dict) for v in params.values()):
+        layer_type = "full_attention" if "full_attention" in params else sorted(params)[0]
+        return params[layer_type], f"rope_parameters.{layer_type}"
+    return params, "rope_parameters"
+
+
+def _rope(cfg: dict[str, Any], field: str) -> dict[str, Any]:
+    block, key = _rope_block(cfg)
+    params = block if key.startswith("rope_parameters") else (cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {})
     theta = cfg.get("rope_theta") or params.get("rope_theta")
-    scaling = cfg.get("rope_scaling") or ({k: v for k, v in params.items() if k != "rope_theta"} if params.get("rope_type") not in (None, "default") else None)
     out: dict[str, Any] = {"rope_theta": theta}
     # partial RoPE: transformers' partial_rotary_factor (Qwen3-Next, GLM-4, Phi), GPT-NeoX's rotary_pct
     partial = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or cfg.get("rotary_pct")
     if partial is not None and "kv_lora_rank" not in cfg:
         out["rotary_percent"] = partial
-    if isinstance(scaling, dict) and scaling.get("factor"):
-        keys = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
-        out["rope_scaling"] = {"type": str(scaling.get("rope_type") or scaling.get("type") or "unknown"),
-                               **{k: scaling[k] for k in keys if scaling.get(k) is not None}}
+    kind_key = "rope_type" if block.get("rope_type") is not None else "type"
+    kind = block.get(kind_key) or "default"
+    if kind == "default":  # transformers' unscaled RoPE ('default' ignores every scaling key)
+        return out
+    if kind in ROPE_REFUSED or kind not in ROPE_TYPE_KEYS:
+        why = ROPE_REFUSED.get(kind, "not a RoPE type transformers builds")
+        raise InputError(f"{field}.{key}.{kind_key}", kind, f"{why}; autopar reads {', '.join(['default', *ROPE_TYPE_KEYS])}")
+    for name in ROPE_REQUIRED_KEYS[kind]:
+        if block.get(name) is None:
+            raise InputError(f"{field}.{key}.{name}", Missing() if name not in block else None,
+                             f"RoPE type {kind} needs it (transformers modeling_rope_utils.py _validate_{kind}_rope_parameters)")
+    for name in ("short_factor", "long_factor"):
+        values = block.get(name)
+        if values is not None and not (isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+            raise InputError(f"{field}.{key}.{name}", values, "must be a list of numbers, one per rotated frequency")
+    scaling = {k: block[k] for k in ROPE_TYPE_KEYS[kind] if block.get(k) is not None}
+    if kind in ("yarn", "longrope", "llama3") and "original_max_position_embeddings" not in scaling:
+        # transformers standardize_rope_params: Phi-3's top-level original_max_position_embeddings, else max_position_embeddings
+        original = cfg.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
+        if original is not None:
+            scaling["original_max_position_embeddings"] = original
+    out["rope_scaling"] = {"type": kind, **scaling}
     return out
 
 
@@ -420,7 +473,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "swiglu_limit": cfg.get("swiglu_limit") if "gpt_oss" in mtype else None,
     }
     if not gpt2:
-        fields.update(_rope(cfg))
+        fields.update(_rope(cfg, field))
     fields.update(_moe_fields(cfg, mtype))
     fields.update(_attention_span(cfg, mtype, layers, field, name))
     fields.update(_linear_attention(cfg, mtype, layers, field, name))

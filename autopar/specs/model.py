@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -156,19 +156,41 @@ class Norm(str, Enum):
     """LayerNorm with bias (GPT-2/3, MPT)."""
 
 
+# the RoPE scalings transformers builds (5.12 modeling_rope_utils.py ROPE_INIT_FUNCTIONS, 'proportional'
+# aside: Gemma-4's, a family autopar does not read); an unscaled RoPE is rope_scaling null
+ROPE_SCALING_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3")
+
+
 class RopeScaling(StrictModel):
-    """RoPE frequency scaling as HF config.json gives it (rope_scaling / rope_parameters)."""
+    """RoPE frequency scaling as HF config.json gives it (rope_scaling / rope_parameters), with the
+    keys transformers' RoPE of that type reads (modeling_rope_utils.py _compute_*_parameters)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    type: str = Field(description="llama3 | yarn | linear | dynamic | longrope ...")
-    factor: float = Field(gt=0, description="Context extension factor")
-    original_max_position_embeddings: int | None = Field(None, gt=0, description="Pre-extension context, tokens")
+    type: Literal["linear", "dynamic", "yarn", "longrope", "llama3"] = Field(description="linear | dynamic | yarn | longrope | llama3")
+    factor: float | None = Field(None, gt=0, description="Context extension factor; null only for longrope, where transformers "
+                                 "takes max_position_embeddings / original_max_position_embeddings (Phi-3 128K files)")
+    original_max_position_embeddings: int | None = Field(None, gt=0, description="Pre-extension context, tokens (yarn, longrope, "
+                                                         "llama3: transformers defaults it to max_position_embeddings)")
     low_freq_factor: float | None = Field(None, description="llama3 scaling")
     high_freq_factor: float | None = Field(None, description="llama3 scaling")
     beta_fast: float | None = Field(None, description="yarn")
     beta_slow: float | None = Field(None, description="yarn")
     mscale: float | None = Field(None, description="yarn")
     mscale_all_dim: float | None = Field(None, description="yarn")
+    attention_factor: float | None = Field(None, ge=0, description="yarn, longrope: the cos/sin scale; null = derived from the factor")
+    truncate: bool | None = Field(None, description="yarn: round the correction range to whole dims (transformers default true; "
+                                  "gpt-oss false)")
+    short_factor: tuple[float, ...] | None = Field(None, description="longrope: per-frequency factors within the original context")
+    long_factor: tuple[float, ...] | None = Field(None, description="longrope: per-frequency factors beyond the original context")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RopeScaling":
+        if self.type == "longrope":
+            if self.short_factor is None or self.long_factor is None:
+                raise ValueError("longrope scaling needs short_factor and long_factor (one factor per rotated frequency)")
+        elif self.factor is None:
+            raise ValueError(f"{self.type} scaling needs its factor")
+        return self
 
 
 class ModelSpec(StrictModel):

@@ -591,7 +591,12 @@ def test_linear_rope_scaling_is_position_interpolation(tmp_path):
 @pytest.mark.parametrize("scaling, given", [
     # no flag builds these HF types (rotary_pos_embedding.py has llama3 scaling and interpolation only)
     ({"rope_type": "dynamic", "factor": 2.0}, "type=dynamic"),
-    ({"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 4096}, "type=longrope"),
+    # microsoft/Phi-3-mini-128k-instruct's form: no factor, per-frequency short/long factors (head 128 -> 64)
+    ({"rope_type": "longrope", "short_factor": [1.0] * 64, "long_factor": [4.0] * 64, "original_max_position_embeddings": 4096},
+     "type=longrope"),
+    # YaRN with an explicit cos/sin scale: YarnRotaryEmbedding derives it from the mscales, no flag sets it
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": 1.2},
+     "type=yarn, attention_factor=1.2"),
     # --rotary-seq-len-interpolation-factor is an int
     ({"rope_type": "linear", "factor": 1.5}, "type=linear, factor=1.5"),
     # --use-rope-scaling takes the factor only; _apply_scaling fixes low 1, high 4, original 8192
@@ -603,6 +608,32 @@ def test_rope_scaling_megatron_cannot_build_is_refused(tmp_path, scaling, given)
     model = _hf_model(tmp_path, "scaled", model_type="llama", rope_scaling=scaling)
     with pytest.raises(RuleViolation, match=rf"\[{ROPE_SCALING_RULE.replace('(', '.').replace(')', '.')}\] scaled: rope_scaling {given}:"):
         emit_megatron(make_job(model, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+
+
+def test_yarn_values_transformers_leaves_implicit(tmp_path):
+    import dataclasses
+    # transformers 5.12 standardize_rope_params: a YaRN block without original_max_position_embeddings
+    # extends from max_position_embeddings (here 32768), where Megatron-LM d98e8a6 would default to 4096
+    # (argument_utils.py _apply_yarn_config_from_args)
+    yarn = _hf_model(tmp_path, "yarn-implicit", model_type="qwen3", max_position_embeddings=32768,
+                     rope_scaling={"rope_type": "yarn", "factor": 4.0, "mscale": 0.707})
+    job = make_job(yarn, "dgx-h100", 16, 4096, 64, "tp=2,zero=1")
+    text = " ".join(megatron_argv(job))
+    assert "--rotary-scaling-factor 4 --yarn-original-max-position-embeddings 32768" in text
+    # mscale without mscale_all_dim: transformers' _compute_yarn_parameters uses 0.1 ln(factor) + 1, which
+    # Megatron's defaults (--mscale 1 --mscale-all-dim 0) give; --mscale 0.707 alone would scale by 0.0707 ln(4) + 1
+    assert "--mscale" not in text
+    both = job.model.rope_scaling.model_copy(update={"mscale": 0.707, "mscale_all_dim": 0.707})
+    text = " ".join(megatron_argv(dataclasses.replace(job, model=job.model.model_copy(update={"rope_scaling": both}))))
+    assert "--mscale 0.707 --mscale-all-dim 0.707" in text
+    # openai/gpt-oss-20b rope_scaling truncate false: the correction range stays unrounded
+    # (Megatron-LM d98e8a6 arguments.py --no-yarn-correction-range-round-to-int)
+    from autopar.specs import load_model
+    gpt_oss = load_model("gpt-oss-20b")
+    assert gpt_oss.rope_scaling.truncate is False
+    plain = job.model.model_copy(update={"rope_scaling": gpt_oss.rope_scaling})
+    assert "--no-yarn-correction-range-round-to-int" in megatron_argv(dataclasses.replace(job, model=plain))
+    assert "--no-yarn-correction-range-round-to-int" not in megatron_argv(job)
 
 
 def test_llama3_rope_scaling_with_megatrons_fixed_values_is_built():

@@ -340,3 +340,72 @@ def test_gemma_mlp_activation_is_hidden_activation(tmp_path):
     # Llama keeps hidden_act
     m = load_model(str(_write(tmp_path, {**base, "model_type": "llama", "hidden_act": "silu"}, "llama")))
     assert m.activation == "silu"
+
+
+# a Llama-style decoder the RoPE tests below vary (the values are this test's own)
+ROPE_BASE = {"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 32,
+             "intermediate_size": 8192, "vocab_size": 32064, "rope_theta": 10000.0, "max_position_embeddings": 131072}
+
+
+@pytest.mark.parametrize("block, field, value", [
+    # Qwen/Qwen2-VL-7B-Instruct config.json rope_scaling: {"type": "mrope", "mrope_section": [16, 24, 24]} -- no factor;
+    # it was dropped, and the launchers trained plain 1-D RoPE
+    ({"type": "mrope", "mrope_section": [16, 24, 24]}, "model.rope_scaling.type", "mrope"),
+    # a type transformers has no RoPE for (Phi-3's pre-release name of longrope)
+    ({"type": "su", "short_factor": [1.0], "long_factor": [1.0]}, "model.rope_scaling.type", "su"),
+    # transformers 5.12 _validate_dynamic_rope_parameters / _validate_llama3_rope_parameters require the factor
+    ({"rope_type": "dynamic"}, "model.rope_scaling.factor", "(missing)"),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, "model.rope_scaling.low_freq_factor",
+     "(missing)"),
+])
+def test_a_rope_scaling_autopar_cannot_carry_is_refused_naming_it(block, field, value):
+    from autopar.specs.model import model_from_mapping
+
+    with pytest.raises(InputError, match=rf"^{field}='?{value.replace('(', '.').replace(')', '.')}'?: "):
+        model_from_mapping({**ROPE_BASE, "rope_scaling": block}, "m")
+    # the transformers 5 spelling is refused alike, naming its own key
+    with pytest.raises(InputError, match=rf"^{field.replace('rope_scaling', 'rope_parameters')}"):
+        model_from_mapping({**ROPE_BASE, "rope_parameters": {"rope_theta": 1e4, **block}}, "m")
+
+
+def test_default_rope_type_is_plain_rope():
+    from autopar.specs.model import model_from_mapping
+
+    # rope_type 'default' is transformers' unscaled RoPE whatever other keys the block holds
+    m = model_from_mapping({**ROPE_BASE, "rope_scaling": {"rope_type": "default", "factor": 4.0}}, "m")
+    assert (m.rope_scaling, m.rope_theta) == (None, 10000.0)
+
+
+def test_longrope_without_factor_is_carried_whole(tmp_path):
+    # microsoft/Phi-3-mini-128k-instruct's form: rope_scaling {"type": "longrope", "short_factor": [...],
+    # "long_factor": [...]} with no factor, original_max_position_embeddings 4096 at the top level
+    # (transformers standardize_rope_params moves it into the block); one factor per rotated pair (96 / 2)
+    short, long = [1.0 + i / 100 for i in range(48)], [1.0 + i for i in range(48)]
+    cfg = {**ROPE_BASE, "model_type": "phi3", "original_max_position_embeddings": 4096,
+           "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long}}
+    m = load_model(str(_write(tmp_path, cfg, "phi3-128k")))
+    s = m.rope_scaling
+    assert (s.type, s.factor, s.original_max_position_embeddings) == ("longrope", None, 4096)
+    assert (list(s.short_factor), list(s.long_factor)) == (short, long)
+
+
+def test_yarn_extends_from_max_position_embeddings_when_the_block_names_no_original(tmp_path):
+    # transformers 5.12 standardize_rope_params: yarn / llama3 / longrope default
+    # original_max_position_embeddings to max_position_embeddings (131072 here)
+    m = load_model(str(_write(tmp_path, {**ROPE_BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 0.9}})))
+    assert (m.rope_scaling.original_max_position_embeddings, m.rope_scaling.attention_factor) == (131072, 0.9)
+    # openai/gpt-oss-20b: yarn truncate false is kept
+    assert load_model("gpt-oss-20b").rope_scaling.truncate is False
+
+
+def test_transformers5_rope_parameters_per_layer_type():
+    from autopar.specs.model import model_from_mapping
+
+    # transformers 5 writes one block per layer type when they differ (google/gemma-3 as re-saved: full
+    # attention theta 1e6 with linear factor 8, sliding attention theta 1e4); the full-attention block is
+    # the one a transformers 4 file's rope_theta / rope_scaling state. It was read as no theta at all.
+    params = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    cfg = {k: v for k, v in ROPE_BASE.items() if k != "rope_theta"}
+    m = model_from_mapping({**cfg, "rope_parameters": params}, "m")
+    assert (m.rope_theta, m.rope_scaling.type, m.rope_scaling.factor) == (1000000.0, "linear", 8.0)
