@@ -106,7 +106,7 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     if batch.stack.elementwise == "eager":
         extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index)
     elif batch.stack.rope_complex_fallback:
-        extra_fwd, extra_bwd = _rope_fallback_bytes(batch, index)
+        extra_fwd, extra_bwd = (b * batch.tokens for b in _eager_rope_per_token(batch, index))
     else:
         extra_fwd, extra_bwd = 0.0, 0.0
     out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
@@ -212,18 +212,18 @@ def _rope_widths(batch: Batch, index: int) -> tuple[float, float]:
     return m.num_attention_heads * m.head_size / t.tp, m.kv_heads * m.head_size / np.minimum(t.tp, m.kv_heads)
 
 
-def _rope_fallback_bytes(batch: Batch, index: int) -> tuple[np.ndarray, np.ndarray]:
-    """The eager RoPE bytes [forward, backward] of a fused stack whose RoPE the compiler leaves to
-    eager kernels (StackSpec.rope_complex_fallback): torchtitan's apply_rotary_emb casts Q and K
-    to fp32, multiplies them as complex numbers (view_as_complex) and casts back
-    (torchtitan@9dec370 torchtitan/models/llama/model.py L108-109; the same in
-    models/common/rope.py today), and Inductor generates no code for complex operators."""
-    m = batch.model
-    if m.position_embedding != "rope":
+def _eager_rope_per_token(batch: Batch, index: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """HBM bytes per token [forward, backward] that eager RoPE moves beyond a fused kernel
+    (memory.eager_extra_bytes.rope on the query and key heads): eager stacks, and fused ones whose
+    RoPE the compiler leaves to eager kernels (StackSpec.rope_complex_fallback: torchtitan's
+    apply_rotary_emb casts Q and K to fp32, multiplies them as complex numbers (view_as_complex)
+    and casts back, torchtitan@9dec370 torchtitan/models/llama/model.py L108-109, the same in
+    models/common/rope.py today; Inductor generates no code for complex operators)."""
+    if batch.model.position_embedding != "rope":
         return 0.0, 0.0
     q, k = _rope_widths(batch, index)
     x = batch.params.memory.eager_extra_bytes.rope
-    return x[0] * (q + k) * batch.tokens, x[1] * (q + k) * batch.tokens
+    return x[0] * (q + k), x[1] * (q + k)
 
 
 def _eager_extra_bytes(batch: Batch, f_act, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -234,13 +234,13 @@ def _eager_extra_bytes(batch: Batch, f_act, index: int) -> tuple[np.ndarray, np.
     no RoPE and no softmax-attention output (its own kernels: linear_attention_seconds)."""
     m, T, x = batch.model, batch.tokens, batch.params.memory.eager_extra_bytes
     no_softmax = not m.has_softmax_attention(index)
-    q, k = _rope_widths(batch, index)
+    q, _ = _rope_widths(batch, index)
     gated = 1.0 if m.gated_mlp else 0.0
-    rope = 1.0 if m.position_embedding == "rope" else 0.0
+    rope = _eager_rope_per_token(batch, index)
     out = []
     for i in (0, 1):
         per_token = x.norm[i] * (m.layer_norms(index) * m.hidden_size / batch.sp_divisor + qk_norm_width(batch, no_softmax)) \
-            + rope * x.rope[i] * (q + k) + gated * x.activation[i] * f_act + x.attention_layout[i] * q
+            + rope[i] + gated * x.activation[i] * f_act + x.attention_layout[i] * q
         out.append(per_token * T)
     return out[0], out[1]
 

@@ -158,7 +158,7 @@ class Norm(str, Enum):
 
 # the RoPE scalings transformers builds (5.12 modeling_rope_utils.py ROPE_INIT_FUNCTIONS, 'proportional'
 # aside: Gemma-4's, a family autopar does not read); an unscaled RoPE is rope_scaling null
-ROPE_SCALING_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3")
+RopeScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 
 
 class RopeScaling(StrictModel):
@@ -166,7 +166,7 @@ class RopeScaling(StrictModel):
     keys transformers' RoPE of that type reads (modeling_rope_utils.py _compute_*_parameters)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["linear", "dynamic", "yarn", "longrope", "llama3"] = Field(description="linear | dynamic | yarn | longrope | llama3")
+    type: RopeScalingType = Field(description="linear | dynamic | yarn | longrope | llama3")
     factor: float | None = Field(None, gt=0, description="Context extension factor; null only for longrope, where transformers "
                                  "takes max_position_embeddings / original_max_position_embeddings (Phi-3 128K files)")
     original_max_position_embeddings: int | None = Field(None, gt=0, description="Pre-extension context, tokens (yarn, longrope, "
