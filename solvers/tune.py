@@ -227,13 +227,14 @@ def tune(req: TuneRequest, progress: Callable[[dict[str, Any]], None] | None = N
         plan_file.write_text(results.model_dump_json(indent=2) + "\n")
         notes = req.prepare(trial_dir, results) if req.prepare else []
         outcome = run_trial_command(req.trial_cmd, plan_file, plan.text(), trial_dir, req.timeout_seconds)
+        if outcome.status == "ok":  # before the status: another worker may read this trial between the two writes
+            trial.set_user_attr("measured_seconds", outcome.measured_seconds)
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("message", "; ".join([*notes, outcome.message]) if notes or outcome.message else "")
         if progress:
             progress(dict(number=trial.number, status=outcome.status, plan=plan.text(), predicted=est.step_seconds,
                           measured=outcome.measured_seconds, message=trial.user_attrs["message"]))
         if outcome.status == "ok":
-            trial.set_user_attr("measured_seconds", outcome.measured_seconds)
             set_constraint(trial, 0.0)
             return float(outcome.measured_seconds)
         if outcome.status == "oom":  # complete, but infeasible: the sampler learns the region
@@ -282,12 +283,13 @@ def _earlier_run(study: optuna.Study, plan_text: str, number: int):
 
 def _reuse(trial, earlier, est, progress) -> float:
     status, measured = earlier.user_attrs["status"], earlier.user_attrs.get("measured_seconds")
+    if status == "ok":  # before the status, as in the objective
+        trial.set_user_attr("measured_seconds", measured)
     trial.set_user_attr("status", status)
     trial.set_user_attr("message", f"same plan as trial {earlier.number}; not run again")
     if progress:
         progress(dict(number=trial.number, status=status, plan=trial.user_attrs["plan"], predicted=est.step_seconds, measured=measured))
     if status == "ok":
-        trial.set_user_attr("measured_seconds", measured)
         set_constraint(trial, 0.0)
         return float(measured)
     if status == "oom":
@@ -308,7 +310,9 @@ def _skip(trial, status: str, constraint: float, message: str, progress, value: 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Predicted vs measured for every trial of the study (all workers) that has started, by trial
     number. An enqueued prediction no worker has asked for yet (WAITING: more predictions than
-    --trials) has no plan, prediction or status to show; queued_trials counts them."""
+    --trials) has no plan, prediction or status to show; queued_trials counts them. A trial another
+    worker is still running shows 'running' until it is told: its attributes are written one at a
+    time, so a status read before the trial ends may come without its measurement."""
     rows = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         if t.state == optuna.trial.TrialState.WAITING:
@@ -316,7 +320,8 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
         a = t.user_attrs
         predicted, measured = a.get("predicted_seconds"), a.get("measured_seconds")
         source = "prediction" if "fixed_params" in t.system_attrs else "sampler"  # enqueued top prediction or TPE
-        rows.append(dict(number=t.number, source=source, state=t.state.name, status=a.get("status", t.state.name.lower()), worker=a.get("worker", ""),
+        status = a.get("status", t.state.name.lower()) if t.state.is_finished() else t.state.name.lower()
+        rows.append(dict(number=t.number, source=source, state=t.state.name, status=status, worker=a.get("worker", ""),
                          plan=a.get("plan", ""), predicted_seconds=predicted, measured_seconds=measured,
                          measured_over_predicted=measured / predicted if measured and predicted else None, message=a.get("message", "")))
     return rows
@@ -328,5 +333,5 @@ def queued_trials(study: optuna.Study) -> int:
 
 
 def best_measured(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["status"] == "ok" and r["measured_seconds"] is not None]
     return min(ok, key=lambda r: (r["measured_seconds"], r["number"])) if ok else None

@@ -97,6 +97,26 @@ def test_queued_predictions_are_counted_not_shown_as_blank_rows(tmp_path):
     assert [r["number"] for r in rows] == ["0", "1"] and all(r["plan"] for r in rows)
 
 
+def test_a_trial_another_worker_is_running_is_not_read_as_measured():
+    # CI (PostgreSQL, two workers) once ended in TypeError: the other worker's trial had its status
+    # 'ok' written but not yet its measured seconds, and best_measured compared None with a float
+    import optuna
+
+    from solvers.tune import best_measured, trial_rows
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    done = study.ask()
+    done.set_user_attr("measured_seconds", 12.5)
+    done.set_user_attr("status", "ok")
+    study.tell(done, 12.5)
+    running = study.ask()
+    running.set_user_attr("status", "ok")  # the measurement is not written yet
+    rows = trial_rows(study)
+    assert [(r["number"], r["status"], r["measured_seconds"]) for r in rows] == [(0, "ok", 12.5), (1, "running", None)]
+    assert best_measured(rows)["number"] == 0
+    assert best_measured([dict(number=3, status="ok", measured_seconds=None)]) is None
+
+
 def _two_workers(tmp_path: Path, storage: list[str], study: str) -> list[dict]:
     out = tmp_path / "shared"
     procs = [subprocess.Popen([*CLI, "tune", *CASE, "--trial-cmd", TRIAL, "--trials", "6", "--out", str(out), "--seed", str(seed),
