@@ -1,4 +1,5 @@
-"""DeepSpeed: ds_config.json and the `deepspeed` launcher line for the user's training script.
+"""DeepSpeed: ds_config.json and the `deepspeed` launcher line for the user's training script,
+which builds the plan's network from the helper's transformers config (autopar.emit.deepspeed_model).
 
 Keys and rules: docs/reference/launchers.md section 2 (DeepSpeed edaa7221, 2026-08-22), plus
 the removed-key list of deepspeed/runtime/config.py 0.19.8 (MiCS mics_shard_size is gone).
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import json
 
-from autopar.emit.common import Artefact, EmitJob, Rules, check_common, comment_block, header_lines
+from autopar.emit.common import HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, check_common, comment_block, header_lines
+from autopar.emit.deepspeed_model import HF_RULE, model_violations
 from autopar.emit.deepspeed_script import HELPER, render_helper
+from autopar.emit.presets import refuse
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.stack import load_stack
 from autopar.specs.training import Precision, Stack, TrainingSpec
@@ -34,6 +37,8 @@ ZERO_KEYS = {
     "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
 }
 REMOVED_ZERO_KEYS = {"mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param"}
+# rules about the model whatever the plan: refused as model=NAME (presets.refuse)
+MODEL_RULES = {HF_RULE, HYBRID_RULE, LATENT_MOE_RULE}
 
 
 def plan_checks(job: EmitJob, rules: Rules) -> None:
@@ -76,6 +81,11 @@ def plan_checks(job: EmitJob, rules: Rules) -> None:
                 "PipelineModule checkpoints every interval-th layer of every stage alike", "deepspeed/runtime/pipe/module.py")
     rules.check(not job.model.mtp_num_layers, "no MTP modules", f"mtp_num_layers={job.model.mtp_num_layers}: "
                 "a PipelineModule of decoder LayerSpecs has no multi-token-prediction head", "")
+    m = job.model
+    rules.check(m.position_embedding != "learned_absolute" or m.max_position_embeddings is None or t.seq_len <= m.max_position_embeddings,
+                "sequence within the learned position table", f"seq_len={t.seq_len} exceeds {m.name}'s max_position_embeddings="
+                f"{m.max_position_embeddings}: transformers' GPT-2 has one trained position row per token (n_positions)",
+                "transformers models/gpt2/modeling_gpt2.py wpe")
     if job.model.is_moe:
         rules.check(plan.dispatcher.value == "alltoall" and not plan.ep_overlap, "MoE dispatch = all-to-all (AutoEP), no EP overlap",
                     f"dispatcher={plan.dispatcher.value}, ep_overlap={plan.ep_overlap}", "EP")
@@ -167,6 +177,7 @@ def validate_config(config: dict, world_size: int, rules: Rules) -> Rules:
 def check_deepspeed(job: EmitJob) -> tuple[Rules, dict | None]:
     rules = Rules(FRAMEWORK)
     check_common(job, rules)
+    rules.found.extend(model_violations(job.model, job.training.seq_len)[1])
     plan_checks(job, rules)
     if rules.found or not job.num_microbatches:
         rules.check(bool(job.num_microbatches), "train_batch_size == micro_batch * gradient_accumulation_steps * dp_world_size",
@@ -179,8 +190,9 @@ def check_deepspeed(job: EmitJob) -> tuple[Rules, dict | None]:
 def render_launcher(job: EmitJob) -> str:
     c = job.cluster
     notes = ["Run on the head node; the pdsh launcher starts every node listed in HOSTFILE (hostname slots=N).",
-             f"TRAIN_SCRIPT must call deepspeed.initialize(..., config='ds_config.json') and take the pipeline partition, "
-             f"activation checkpointing and Ulysses groups from {HELPER} (next to this script)."]
+             f"TRAIN_SCRIPT must build the model from {HELPER}'s model_config() (the plan's network as a transformers config: "
+             "AutoModelForCausalLM.from_config), call deepspeed.initialize(..., config='ds_config.json') and take the pipeline "
+             f"partition, activation checkpointing and Ulysses groups from {HELPER} (next to this script)."]
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}
 set -euo pipefail
@@ -206,7 +218,7 @@ exec deepspeed ${{HOSTFILE_ARGS[@]+"${{HOSTFILE_ARGS[@]}}"}} --num_nodes "$NNODE
 
 def emit_deepspeed(job: EmitJob) -> list[Artefact]:
     rules, config = check_deepspeed(job)
-    rules.refuse_if_any(job.plan.text())
+    refuse(FRAMEWORK, job.model.name, job.plan.text(), rules.found, MODEL_RULES)
     return [Artefact(CONFIG, json.dumps(config, indent=2) + "\n"), Artefact(HELPER, render_helper(job)),
             Artefact(SCRIPT, render_launcher(job), executable=True)]
 

@@ -1,4 +1,5 @@
-"""The Python helper emitted beside ds_config.json: DeepSpeed reads the pipeline partition, the
+"""The Python helper emitted beside ds_config.json: the plan's network as a transformers config
+(autopar.emit.deepspeed_model), which the training script builds; DeepSpeed reads the pipeline partition, the
 activation-checkpoint interval and the Ulysses sequence-parallel groups from the training script,
 not from the JSON (PipelineModule takes num_stages, partition_method and
 activation_checkpoint_interval as constructor arguments and computes self.parts in
@@ -9,6 +10,7 @@ them). Read in DeepSpeed 0.19.8 deepspeed/runtime/pipe/module.py and runtime/seq
 from __future__ import annotations
 
 from autopar.emit.common import EmitJob, comment_block, header_lines
+from autopar.emit.deepspeed_model import hf_config
 from autopar.specs.plan import Recompute
 
 HELPER = "autopar_deepspeed.py"
@@ -24,6 +26,13 @@ def partition_bounds(job: EmitJob) -> list[int]:
     return bounds
 
 
+_MODEL_CONFIG = '''def model_config():
+    """The plan's network as a transformers config: AutoModelForCausalLM.from_config(model_config())."""
+    from transformers import AutoConfig
+
+    keys = dict(MODEL_CONFIG)
+    return AutoConfig.for_model(keys.pop("model_type"), **keys)
+'''
 _PIPELINE_MODULE = '''def pipeline_module(layer_specs, loss_fn=None, **kwargs):
     """A PipelineModule split as the plan says (DeepSpeed's 'uniform'/'parameters' methods would not)."""
     from deepspeed.pipe import PipelineModule
@@ -64,17 +73,24 @@ def render_helper(job: EmitJob) -> str:
     plan = job.plan
     if plan.pp > 1:
         notes = ["Import from the training script: build the model with pipeline_module(specs, loss_fn) (specs = "
-                 "[embedding, one LayerSpec per decoder layer, head]) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
+                 "[embedding, one LayerSpec per decoder layer, head], the layers those of AutoModelForCausalLM.from_config("
+                 "model_config())) and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
     else:  # a PipelineModule even of one stage refuses ZeRO-2/3 and an mpu (runtime/pipe/engine.py, deepspeed/__init__.py)
-        notes = ["Import from the training script: build the model as a plain torch module (not a PipelineModule: with one "
-                 "stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), wrap each decoder layer with checkpointed(layer), "
+        notes = ["Import from the training script: build the model as a plain torch module, AutoModelForCausalLM.from_config("
+                 "model_config()) (not a PipelineModule: with one stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), "
+                 "wrap each decoder layer with checkpointed(layer), "
                  "and pass mpu=sequence_parallel_mpu() to deepspeed.initialize."]
     interval = 1 if plan.recompute == Recompute.full else 0
     model_builder = _PIPELINE_MODULE if plan.pp > 1 else _CHECKPOINTED
+    model_keys = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in hf_config(job.model, job.training.seq_len).items()) + "}"
     return f'''{comment_block(header_lines(job, "deepspeed", notes)).rstrip()}
-"""The plan's pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
+"""The plan's network, pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
 
 import os
+
+# The network the plan was costed for, as transformers config.json keys: its MLP activation
+# (hidden_act / activation_function) and RoPE (rope_theta, rope_scaling) included
+MODEL_CONFIG = {model_keys}
 
 NUM_GPUS = {job.num_gpus}
 PIPELINE_STAGES = {plan.pp}
@@ -89,6 +105,8 @@ def check_world_size():
     if world != NUM_GPUS:
         raise SystemExit(f"this plan needs {{NUM_GPUS}} GPUs; WORLD_SIZE={{world}}")
 
+
+{_MODEL_CONFIG}
 
 {model_builder}
 

@@ -10,6 +10,7 @@ compare the two; tests/emit/framework_report.py turns the outcomes into results/
 
 from __future__ import annotations
 
+from autopar.cost.flops import total_params
 from autopar.emit.common import EmitJob
 from autopar.specs.plan import Recompute
 
@@ -48,6 +49,10 @@ def planned(job: EmitJob) -> dict:
         out["reshard"] = plan.reshard_after_forward
     if model.position_embedding == "rope":  # the RoPE frequency scaling the layers build (HF type; None = unscaled)
         out["rope_scaling"] = model.rope_scaling.type if model.rope_scaling is not None else None
+        out["rope_theta"] = model.rope_theta
+    # the MLP the layers build: gated or not, and the activation (HF ACT2FN name)
+    out["mlp"] = f"{'gated ' if model.gated_mlp else ''}{model.activation}"
+    out["params"] = int(total_params(model))  # autopar's count of the network's weights
     if t.precision.value == "fp8":  # the recipe that runs (the spec's, else the stack's), every layer in FP8
         out["fp8_recipe"] = t.fp8_scaling.value
         out["fp8_bf16_end_layers"] = False

@@ -73,6 +73,26 @@ def ulysses_group(helper, world: int) -> list[int] | None:
             sp._release_sequence_parallel_groups()
 
 
+def resolve_network(helper) -> dict:
+    """The network transformers builds from the helper's model_config() (on the meta device): its
+    MLP (gated when a gate projection exists) and activation, RoPE type and base, parameter count."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = helper.model_config()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    names = [name for name, _ in model.named_parameters()]
+    gated = any("gate_proj" in n or "gate_up_proj" in n for n in names)
+    act = getattr(config, "hidden_act", None) or config.activation_function
+    out = {"mlp": f"{'gated ' if gated else ''}{act}", "params": sum(p.numel() for p in model.parameters())}
+    rope = getattr(config, "rope_parameters", None)
+    if rope:  # transformers 5: rope_theta and the scaling in one mapping ('default' = unscaled)
+        out["rope_theta"] = rope.get("rope_theta")
+        out["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope["rope_type"]
+    return out
+
+
 def resolve_deepspeed(folder: Path, job) -> dict:
     config = json.loads((folder / "ds_config.json").read_text())
     helper = load_helper(folder)
@@ -94,4 +114,5 @@ def resolve_deepspeed(folder: Path, job) -> dict:
     }
     if cp > 1:
         out["cp_algo"] = "ulysses"
+    out.update(resolve_network(helper))
     return out

@@ -137,3 +137,98 @@ def test_validator_on_config_dicts(change, rule):
     config.update(change)
     found = [v.rule for v in validate_config(config, 16, Rules("deepspeed")).found]
     assert any(rule in f for f in found), found
+
+
+# ---- the network the training script builds (autopar.emit.deepspeed_model) -------------------
+
+def model_config_of(job) -> dict:
+    """MODEL_CONFIG of the emitted helper, as the training script imports it."""
+    namespace: dict = {}
+    exec(compile(emit_deepspeed(job)[1].text, "autopar_deepspeed.py", "exec"), namespace)
+    return namespace["MODEL_CONFIG"]
+
+
+def test_helper_writes_the_models_activation_and_rope():
+    # meta-llama/Llama-3.1-405B config.json: hidden_act silu, rope_theta 500000, rope_scaling llama3
+    # factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192
+    cfg = model_config_of(make_job(*GOOD["zero0_pp_uneven"]))
+    assert (cfg["model_type"], cfg["hidden_act"], cfg["rope_theta"]) == ("llama", "silu", 500000.0)
+    assert cfg["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    # meta-llama/Meta-Llama-3-8B: no rope_scaling (unscaled), 126 -> 32 layers, GQA 32/8
+    cfg = model_config_of(make_job(*GOOD["zero3_full"]))
+    assert "rope_scaling" not in cfg and (cfg["num_hidden_layers"], cfg["num_key_value_heads"]) == (32, 8)
+
+
+def test_a_gated_gelu_is_written_not_refused():
+    # a GeGLU (gelu_pytorch_tanh gate): Megatron-LM's CLI refuses it (GATED_RULE), but transformers'
+    # LlamaMLP applies ACT2FN[hidden_act] to its gate projection, so the DeepSpeed run trains it
+    import dataclasses
+    job = make_job(*GOOD["zero3_full"])
+    job = dataclasses.replace(job, model=job.model.model_copy(update={"activation": "gelu_pytorch_tanh"}))
+    assert model_config_of(job)["hidden_act"] == "gelu_pytorch_tanh"
+
+
+def test_longrope_is_carried_whole(tmp_path):
+    # microsoft/Phi-3-mini-128k-instruct's form (no factor, per-frequency short/long factors,
+    # original 4096 at the top level): transformers builds longrope from these keys
+    import json
+    short, long = [1.0 + i / 100 for i in range(64)], [1.0 + i for i in range(64)]
+    path = tmp_path / "longrope.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 32,
+                                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32064, "rope_theta": 10000.0,
+                                "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                                "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long}}))
+    cfg = model_config_of(make_job(str(path), "dgx-h100", 16, 4096, 64, "tp=1,zero=1"))
+    assert cfg["rope_scaling"] == {"rope_type": "longrope", "original_max_position_embeddings": 4096,
+                                   "short_factor": short, "long_factor": long}
+    assert cfg["max_position_embeddings"] == 131072  # longrope's factor is max / original
+
+
+def test_mixtral_trains_its_balance_loss():
+    # mistralai/Mixtral-8x7B-v0.1 router_aux_loss_coef 0.02; transformers adds the loss only with
+    # output_router_logits (MixtralForCausalLM.forward)
+    cfg = model_config_of(make_job(*GOOD["moe_autoep"]))
+    assert (cfg["model_type"], cfg["num_local_experts"], cfg["num_experts_per_tok"]) == ("mixtral", 8, 2)
+    assert (cfg["router_aux_loss_coef"], cfg["output_router_logits"], cfg["sliding_window"]) == (0.02, True, None)
+
+
+def test_gpt3_is_a_gpt2_network_with_exact_gelu():
+    # Brown et al. 2020: GPT-2's architecture (learned positions, LayerNorm, biases, tied); the preset's
+    # exact GeLU is transformers' 'gelu'; its 2048-row position table bounds the sequence
+    job = make_job("gpt3-175b", "dgx-h100", 256, 2048, 256, "tp=1,pp=8,zero=1,recompute=full")
+    cfg = model_config_of(job)
+    assert (cfg["model_type"], cfg["activation_function"], cfg["n_positions"], cfg["resid_pdrop"]) == ("gpt2", "gelu", 2048, 0.0)
+    with pytest.raises(RuleViolation, match=r"\[sequence within the learned position table\] seq_len=4096 exceeds gpt3-175b's"):
+        emit_deepspeed(make_job("gpt3-175b", "dgx-h100", 256, 4096, 256, "tp=1,pp=8,zero=1,recompute=full"))
+
+
+@pytest.mark.parametrize("model, gpus, plan, why", [
+    ("gpt-oss-20b", 16, "tp=1,ep=8,zero=1", "attention sinks and a clamped GLU (gpt-oss)"),
+    ("qwen3-30b-a3b", 64, "tp=1,ep=8,zero=1", "a balance loss over the global batch (Qwen3-MoE)"),
+    ("deepseek-v2-lite", 16, "tp=1,ep=8,zero=1", "a sequence-wise balance loss (weight 0.001)"),
+    ("llama4-scout", 64, "tp=1,ep=8,zero=1", "chunked local attention (Llama-4)"),
+    ("nemotron4-340b", 64, "tp=1,pp=8,zero=1", "a non-gated squared_relu MLP with RoPE"),
+    # MPT's LayerNorm, non-gated GeLU: a Llama config would read back as another network
+    ("mpt-7b", 16, "tp=1,zero=1", "gated_mlp: model False, config True"),
+])
+def test_a_model_transformers_would_train_differently_is_refused_by_name(model, gpus, plan, why):
+    from autopar.emit.presets import ModelRefused
+    with pytest.raises(ModelRefused) as info:
+        emit_deepspeed(make_job(model, "dgx-h100", gpus, 2048, 256, plan))
+    assert str(info.value).startswith(f"model='{model}': deepspeed refuses it: [a transformers model of the model's network]")
+    assert why in str(info.value)
+
+
+def test_every_written_config_reads_back_as_the_model():
+    # the read-back (autopar.specs.hf) is the emitter's own check; every preset it writes passes it
+    from autopar.emit.deepspeed_model import model_violations, read_back_differences
+    from autopar.specs import load_model
+    written = []
+    for name in ("llama2-7b", "llama3-8b", "llama3-405b", "mixtral-8x22b", "qwen2-57b-a14b", "gpt2-xl", "gpt3-175b"):
+        model = load_model(name)
+        cfg, found = model_violations(model, 2048)
+        assert not found and read_back_differences(model, cfg) == []
+        written.append(cfg["model_type"])
+    assert written == ["llama", "llama", "llama", "mixtral", "qwen2_moe", "gpt2", "gpt2"]
+

@@ -102,3 +102,55 @@ def _write_report():
         from framework_report import write
 
         write(Path(target), OUTCOMES, GOLDEN_CASES)
+
+
+# ---- the DeepSpeed helper's network, built by transformers (after the offline hub: transformers
+# imports huggingface_hub, which reads HF_HOME once) ---------------------------------------------
+
+def _longrope_llama3_8b():
+    import dataclasses
+    from autopar.specs.model import RopeScaling
+    job = make_job("llama3-8b", "dgx-h100", 16, 8192, 128, "tp=1,zero=3,recompute=full")
+    scaling = RopeScaling(type="longrope", original_max_position_embeddings=4096, short_factor=[1.0] * 64, long_factor=[2.0] * 64)
+    return dataclasses.replace(job, model=job.model.model_copy(update={"rope_scaling": scaling, "activation": "gelu_pytorch_tanh"}))
+
+
+@pytest.mark.parametrize("job", [
+    make_job("llama3-405b", "dgx-h100-superpod", 1024, 4096, 1024, "tp=1,pp=16,zero=0,recompute=full"),  # llama3 RoPE scaling
+    make_job("mixtral-8x7b", "dgx-h100", 16, 4096, 64, "tp=1,ep=8,zero=1"),
+    make_job("qwen2-57b-a14b", "dgx-h100", 64, 4096, 256, "tp=1,ep=8,zero=1"),  # shared expert with a gate, QKV bias
+    make_job("gpt3-175b", "dgx-h100", 256, 2048, 256, "tp=1,pp=8,zero=1,recompute=full"),  # learned positions, exact GeLU
+    _longrope_llama3_8b(),  # longrope without a factor, GeGLU
+], ids=["llama3-405b", "mixtral-8x7b", "qwen2-57b-a14b", "gpt3-175b", "longrope-geglu"])
+def test_transformers_builds_the_helpers_network(job, tmp_path):
+    """transformers 5.12 (the integration environment) builds model_config() on the meta device: the MLP
+    applies the model's activation, the rotary embedding the model's RoPE, and the weights number
+    autopar's count of the network (autopar.cost.flops: exact for Llama and Mixtral; it leaves out
+    GPT-2's position table and a few bias and gate vectors, under 1e-4 of the total)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import ACT2CLS
+
+    from autopar.cost.flops import total_params
+    from autopar.emit import write_artefacts
+    from autopar.emit.deepspeed import emit_deepspeed
+    from fw_deepspeed import load_helper
+
+    write_artefacts(emit_deepspeed(job), tmp_path)
+    config = load_helper(tmp_path).model_config()
+    with torch.device("meta"):
+        network = AutoModelForCausalLM.from_config(config)
+    m = job.model
+    act = ACT2CLS[m.activation]
+    act = act[0] if isinstance(act, tuple) else act
+    assert {type(mod) for name, mod in network.named_modules() if name.endswith(("act_fn", "mlp.act"))} == {act}
+    params = sum(p.numel() for p in network.parameters())
+    if m.position_embedding == "rope":
+        rope = config.rope_parameters
+        assert rope["rope_theta"] == m.rope_theta
+        want = m.rope_scaling.model_dump(exclude_none=True) if m.rope_scaling else {"type": "default"}
+        assert rope["rope_type"] == want.pop("type")
+        assert {k: rope[k] for k in want} == {k: list(v) if isinstance(v, tuple) else v for k, v in want.items()}
+    else:  # wpe: one row per position
+        params -= m.max_position_embeddings * m.hidden_size
+    assert params == pytest.approx(total_params(m), rel=1e-4)

@@ -6,10 +6,30 @@
 # layout:   dp=8, 16 micro-batches per step, stage layers [32]
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # WARNING: predicted for the megatron stack; this launcher runs deepspeed: `autopar estimate --stack deepspeed` costs the plan as it runs here
-# note: Import from the training script: build the model as a plain torch module (not a PipelineModule: with one stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), wrap each decoder layer with checkpointed(layer), and pass mpu=sequence_parallel_mpu() to deepspeed.initialize.
-"""The plan's pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
+# note: Import from the training script: build the model as a plain torch module, AutoModelForCausalLM.from_config(model_config()) (not a PipelineModule: with one stage too, DeepSpeed refuses it with ZeRO-2/3 and with an mpu), wrap each decoder layer with checkpointed(layer), and pass mpu=sequence_parallel_mpu() to deepspeed.initialize.
+"""The plan's network, pipeline partition, activation checkpointing and Ulysses groups, where DeepSpeed reads them."""
 
 import os
+
+# The network the plan was costed for, as transformers config.json keys: its MLP activation
+# (hidden_act / activation_function) and RoPE (rope_theta, rope_scaling) included
+MODEL_CONFIG = {
+    'model_type': 'llama',
+    'vocab_size': 128256,
+    'hidden_size': 4096,
+    'intermediate_size': 14336,
+    'num_hidden_layers': 32,
+    'num_attention_heads': 32,
+    'num_key_value_heads': 8,
+    'hidden_act': 'silu',
+    'max_position_embeddings': 8192,
+    'rms_norm_eps': 1e-05,
+    'tie_word_embeddings': False,
+    'attention_dropout': 0.0,
+    'rope_theta': 500000.0,
+    'attention_bias': False,
+    'mlp_bias': False,
+}
 
 NUM_GPUS = 8
 PIPELINE_STAGES = 1
@@ -23,6 +43,14 @@ def check_world_size():
     world = int(os.environ.get("WORLD_SIZE", NUM_GPUS))
     if world != NUM_GPUS:
         raise SystemExit(f"this plan needs {NUM_GPUS} GPUs; WORLD_SIZE={world}")
+
+
+def model_config():
+    """The plan's network as a transformers config: AutoModelForCausalLM.from_config(model_config())."""
+    from transformers import AutoConfig
+
+    keys = dict(MODEL_CONFIG)
+    return AutoConfig.for_model(keys.pop("model_type"), **keys)
 
 
 def checkpointed(layer):

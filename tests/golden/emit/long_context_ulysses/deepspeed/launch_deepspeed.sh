@@ -8,7 +8,7 @@
 # predicted (megatron stack) step time 10.000 s, 1,000,000 tokens/s, MFU 40.0%, memory 60.00 GB per GPU of 80.00 GB
 # WARNING: predicted for the megatron stack; this launcher runs deepspeed: `autopar estimate --stack deepspeed` costs the plan as it runs here
 # note: Run on the head node; the pdsh launcher starts every node listed in HOSTFILE (hostname slots=N).
-# note: TRAIN_SCRIPT must call deepspeed.initialize(..., config='ds_config.json') and take the pipeline partition, activation checkpointing and Ulysses groups from autopar_deepspeed.py (next to this script).
+# note: TRAIN_SCRIPT must build the model from autopar_deepspeed.py's model_config() (the plan's network as a transformers config: AutoModelForCausalLM.from_config), call deepspeed.initialize(..., config='ds_config.json') and take the pipeline partition, activation checkpointing and Ulysses groups from autopar_deepspeed.py (next to this script).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NNODES=${NNODES:-8}
