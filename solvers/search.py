@@ -16,7 +16,7 @@ from autopar.cost.rules import RULES, legal_mask
 from autopar.cost.table import PlanTable
 from autopar.errors import AutoparError, InputError, NoCandidate
 from autopar.limits import MAX_TOP_K
-from autopar.space import SpaceOptions, candidate_space, enumerate_space, offered_values
+from autopar.space import SpaceOptions, candidate_space, check_fixed_gpus, enumerate_space, offered_values
 from autopar.specs.costparams import CostParams, load_cost_params
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import ClusterSpec, gb_gib
@@ -207,13 +207,8 @@ class _Walk:
 
 def explain_empty(req: SearchRequest) -> str:
     """Which rule leaves no legal plan (the product rule is built into the enumeration)."""
-    fixed = req.options.fixed
-    degrees = {k: fixed[k] for k in ("tp", "cp", "pp", "dp") if k in fixed}
     n = req.cluster.num_gpus
-    product = int(np.prod(list(degrees.values()))) if degrees else 1
-    if degrees and (n % product or ("dp" in degrees and len(degrees) == 4 and product != n)):
-        text = " * ".join(f"{k}({v})" for k, v in degrees.items())
-        raise InputError("fix", ",".join(f"{k}={v}" for k, v in fixed.items()), f"{text} = {product} is incompatible with GPUs({n})")
+    check_fixed_gpus(req.options.fixed, n)
     candidates = candidate_space(req.model, req.cluster, req.training, req.options)
     if not len(candidates):
         raise _emptying_fix(req)

@@ -20,9 +20,10 @@ def check_fixed_plan(spec) -> None:
     """The sweep's fixed values checked as a search checks --fix (autopar.space), once, before any
     case runs: values no case can take are an input error, named at sweep.fixed -- a rule between
     two of them (vpp=2 with pp=1) breaks for every case, a rule about the model (ep=8) when every
-    model of the sweep breaks it. A value some models cannot take leaves those cases without a
-    plan (no_plan, autopar.errors.NoCandidate), as does a GPU count or a batch no plan fits."""
-    from autopar.space import _fixed_plan_fields, check_fixed  # what autopar.space._blocks runs per case
+    model of the sweep breaks it, degrees whose product no GPU count of the sweep can have (tp=16
+    on 8 GPUs). A value some models or GPU counts cannot take leaves those cases without a plan
+    (no_plan, autopar.errors.NoCandidate), as does a GPU count or a batch no plan fits."""
+    from autopar.space import _fixed_plan_fields, check_fixed, check_fixed_gpus  # what a search runs per case
     from autopar.specs import load_model
 
     fixed = dict(spec.fixed)
@@ -33,11 +34,25 @@ def check_fixed_plan(spec) -> None:
         except InputError as exc:
             refused.append(exc)
         else:
+            break
+    else:
+        first = refused[0]
+        # the same words for every model: a rule between the fixed values themselves, said once
+        every = "" if len({str(e) for e in refused}) == 1 else f"; no model of the sweep can take it ({', '.join(spec.models)})"
+        raise InputError("sweep.fixed." + first.field.removeprefix("fix."), first.value, first.rule + every)
+    refused = []
+    for gpus in spec.gpus:
+        try:
+            check_fixed_gpus(fixed, gpus)
+        except InputError as exc:
+            refused.append(exc)
+        else:
             return
-    first = refused[0]
-    # the same words for every model: a rule between the fixed values themselves, said once
-    every = "" if len({str(e) for e in refused}) == 1 else f"; no model of the sweep can take it ({', '.join(spec.models)})"
-    raise InputError("sweep.fixed." + first.field.removeprefix("fix."), first.value, first.rule + every)
+    degrees = {k: fixed[k] for k in ("tp", "cp", "pp", "dp") if k in fixed}
+    field, value = (f"sweep.fixed.{next(iter(degrees))}", next(iter(degrees.values()))) if len(degrees) == 1 else \
+        ("sweep.fixed", ",".join(f"{k}={v}" for k, v in degrees.items()))
+    every = f"; no GPU count of the sweep can take it ({', '.join(map(str, spec.gpus))})" if len(spec.gpus) > 1 else ""
+    raise InputError(field, value, refused[0].rule + every)
 
 
 def _progress_bar(enabled: bool):

@@ -332,6 +332,15 @@ def test_a_fix_one_gpu_count_cannot_take_leaves_that_count_without_a_plan():
     assert "fix.ep=16: no candidate plan for 8 GPUs" in r.stdout and "ep=16" in r.stdout.split("\n")[3]
 
 
+def test_fixed_degrees_one_gpu_count_cannot_take_leave_that_count_without_a_plan():
+    # dp=16 on 8 GPUs ended the whole plan on an input error ("fix=...: dp(16) = 16 is incompatible
+    # with GPUs(8)"); the 16-GPU point is planned
+    report = run_json(["--model", "gpt2-xl", "--cluster", "dgx-h100", "--tokens", "1B", "--seq-len", "1024", "--gpus", "8,16", "--fix", "dp=16"])
+    eight, sixteen = report["points"]
+    assert (eight["gpus"], eight["plan"], eight["note"]) == (8, None, "fix='order=tp-cp-ep-dp-pp,cp_algo=ring,dp=16': dp(16) = 16 is incompatible with GPUs(8)")
+    assert sixteen["plan"].startswith("tp=1,pp=1,dp=16,") and report["chosen"] == 1
+
+
 def test_deadline_is_a_duration_in_days_hours_or_weeks():
     from autopar.cli.plan import parse_days
 

@@ -306,6 +306,10 @@ def test_failed_case_exits_1_after_writing_the_summary(tmp_path):
     # a rule about the model that both of SMALL's dense models break
     ({"fixed": {"ep": 8}}, "sweep.fixed.ep=8: expert parallelism needs a MoE model (gpt2-xl has no experts); "
                            "no model of the sweep can take it (gpt2-xl, llama3-8b)\n"),
+    # degrees no GPU count of the sweep can have: every case was recorded as an error, after running
+    ({"gpus": [8], "fixed": {"tp": 16}}, "sweep.fixed.tp=16: tp(16) = 16 is incompatible with GPUs(8)\n"),
+    ({"fixed": {"tp": 8, "pp": 4}}, "sweep.fixed='tp=8,pp=4': tp(8) * pp(4) = 32 is incompatible with GPUs(8); "
+                                    "no GPU count of the sweep can take it (8, 16)\n"),
 ])
 def test_sweep_file_errors_fail_before_any_case(tmp_path, changes, message):
     res = CliRunner().invoke(main, ["sweep", str(_sweep_file(tmp_path, **changes)), "--out", str(tmp_path / "o"), "--quiet"])
@@ -325,6 +329,16 @@ def test_a_fixed_value_one_case_cannot_take_is_that_case_without_a_plan(tmp_path
     dense = next(r for r in records if r["model"] == "llama3-8b")
     assert dense["status"] == "no_plan" and "fix.ep=8: expert parallelism needs a MoE model" in dense["message"]
     assert load_sweep(spec).fixed == {"ep": 8, "vpp": 1}
+
+
+def test_fixed_degrees_one_gpu_count_cannot_take_leave_that_case_without_a_plan(tmp_path):
+    # dp=16 on 8 GPUs was recorded as an error (an internal InputError of the search) and the sweep exited 1
+    spec = _sweep_file(tmp_path, models=["gpt2-xl"], gpus=[8, 16], global_batches=[64], fixed={"dp": 16})
+    res = _run(str(spec), "--out", str(tmp_path / "out"), "--no-plots")
+    assert res.exit_code == 0, res.output
+    eight, sixteen = [json.loads(line) for line in (tmp_path / "out" / CASES_FILE).read_text().splitlines()]
+    assert (eight["status"], eight["message"]) == ("no_plan", "fix='dp=16': dp(16) = 16 is incompatible with GPUs(8)")
+    assert sixteen["status"] == "ok"
 
 
 def test_an_impossible_fixed_plan_is_refused_on_resume_too(full, tmp_path):
