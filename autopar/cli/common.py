@@ -29,6 +29,9 @@ _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15,
            "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
 _BINARY = {"k": "ki", "m": "mi", "g": "gi", "b": "gi", "t": "ti", "p": "pi"}
 _NUMBER = re.compile(r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(?P<suffix>[a-z]*)")
+# '1_000', '1,000': float() reads the first as 1000.0, and a comma separates a list option's items
+DIGIT_SEPARATORS = re.compile(r"\d[_,]\d")
+DIGIT_SEPARATORS_RULE = "without '_' or ',' between digits"
 
 # The values of autopar.specs.Precision and solvers.base.Objective, spelled here so that --help
 # needs neither pydantic nor numpy (tests/cli/test_lazy.py checks they agree).
@@ -89,8 +92,8 @@ def parse_quantity(value: str, field: str, binary: bool = False, size_bytes: boo
     match = _NUMBER.fullmatch(text)
     if match is None:
         optional = f"with an optional {'leading $ and ' * money}{_suffixes(size_bytes, binary, money)} suffix"
-        if re.search(r"\d[_,]\d", text):
-            raise InputError(field, value, f"must be a number without '_' or ',' between digits (1000 or 1K, not 1_000), {optional}")
+        if DIGIT_SEPARATORS.search(text):
+            raise InputError(field, value, f"must be a number {DIGIT_SEPARATORS_RULE} (1000 or 1K, not 1_000), {optional}")
         try:  # nan, inf: a number, but not a count
             number = float(text)
         except ValueError:

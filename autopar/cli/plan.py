@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autopar.cli import main
-from autopar.cli.common import PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_amount, parse_count, parse_quantity, write_atomic
+from autopar.cli.common import DIGIT_SEPARATORS, DIGIT_SEPARATORS_RULE, PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_amount, parse_count, parse_quantity, write_atomic
 from autopar.fix import parse_fix
 from autopar.errors import InputError
 
@@ -46,10 +46,14 @@ def parse_noise(text: str | None) -> tuple[float, float] | None:
 
 
 def parse_days(value: str | None) -> float | None:
-    """'60d' -> 60, '1440h' -> 60, '8w' -> 56, '60' -> 60 days: a duration, not a count, so no K/M/G/T."""
+    """'60d' -> 60, '1440h' -> 60, '8w' -> 56, '60' -> 60 days: a duration, not a count, so no K/M/G/T;
+    digit separators refused as parse_quantity refuses them."""
     if value is None:
         return None
-    text = str(value).strip().lower().replace(",", "").replace("_", "")
+    text = str(value).strip().lower()
+    if DIGIT_SEPARATORS.search(text):
+        raise InputError("deadline", value, f"must be a duration {DIGIT_SEPARATORS_RULE} (1440h, not 1,440h): a number of days, "
+                         "or with a d/h/w suffix (60d, 1440h, 8w)")
     unit = _DAYS.get(text[-1:], None)
     try:
         days = float(text[:-1] if unit else text) * (unit or 1.0)

@@ -184,6 +184,11 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     # a duration: days, hours or weeks, not the K/M/G/T of counts (it asked for a K/M/G/T suffix)
     (["--tokens", "1T", "--deadline", "1x"], "Error: deadline='1x': must be a duration: a number of days, or with a d/h/w suffix (60d, 1440h, 8w)"),
     (["--tokens", "1T", "--deadline", "5k"], "Error: deadline='5k': must be a duration: a number of days, or with a d/h/w suffix"),
+    # digit separators refused as the amount options refuse them; --deadline alone dropped them (1_000 was 1000 days)
+    (["--tokens", "1T", "--deadline", "1_000"], "Error: deadline='1_000': must be a duration without '_' or ',' between digits "
+                                                "(1440h, not 1,440h): a number of days, or with a d/h/w suffix (60d, 1440h, 8w)\n"),
+    (["--tokens", "1T", "--deadline", "1,440h"], "Error: deadline='1,440h': must be a duration without '_' or ',' between digits "
+                                                 "(1440h, not 1,440h): a number of days, or with a d/h/w suffix (60d, 1440h, 8w)\n"),
     (["--tokens", "1T", "--budget", "inf"], "Error: budget='inf': must be a positive, finite number"),
     (["--tokens", "1T", "--batch-tokens", "nan"], "Error: batch-tokens='nan': must be a positive, finite number"),
     (["--tokens", "1T", "--gpus", "64:8"], "Error: gpus='64:8': the range must run from the smaller count to the larger"),
@@ -344,7 +349,7 @@ def test_fixed_degrees_one_gpu_count_cannot_take_leave_that_count_without_a_plan
 def test_deadline_is_a_duration_in_days_hours_or_weeks():
     from autopar.cli.plan import parse_days
 
-    assert [parse_days(v) for v in ("60d", "1440h", "8w", "60", " 1,440H ")] == [60.0, 60.0, 56.0, 60.0, 60.0]
+    assert [parse_days(v) for v in ("60d", "1440h", "8w", "60", " 1440H ")] == [60.0, 60.0, 56.0, 60.0, 60.0]
 
 
 @pytest.mark.parametrize("text, money, expected", [
