@@ -287,7 +287,8 @@ GATED_RULE = "a gated MLP is SwiGLU (--swiglu) or quick GeGLU (--quick-geglu)"
 PLAIN_MLP_RULE = "a non-gated MLP is GeLU (exact, or tanh with linear biases) or squared ReLU (--squared-relu)"
 MLA_ROPE_RULE = "MLA's RoPE is plain or YaRN with the flags' reach"
 ROPE_SCALING_RULE = "RoPE scaling is llama3 (low 1, high 4, original 8192), linear by an integer factor, or YaRN"
-CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE}
+LOCAL_ROPE_RULE = "one RoPE for every layer (--rotary-base)"
+CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE, LOCAL_ROPE_RULE}
 
 
 def _model_checks(job: EmitJob, rules: Rules) -> None:
@@ -313,6 +314,14 @@ def _model_checks(job: EmitJob, rules: Rules) -> None:
                        "(--squared-relu) only; TransformerConfig.activation_func has no flag, so the run would train GeLU")
                     + "; --openai-gelu is parsed and read nowhere",
                     "megatron/training/argument_utils.py core_transformer_config_from_args; core/transformer/mlp.py MLP.forward (d98e8a6)")
+    if m.rope_local_theta is not None:
+        rules.check(False, LOCAL_ROPE_RULE,
+                    f"{m.name}: rope_local_theta={m.rope_local_theta:g} (HF rope_local_base_freq): its sliding-window layers rotate "
+                    f"by their own unscaled RoPE, its global layers by rope_theta={m.rope_theta:g}"
+                    + (f" with {m.rope_scaling.type} scaling" if m.rope_scaling else "") + "; GPTModel builds one rotary "
+                    "embedding for every layer (--rotary-base), so the run would train the local layers at the global base "
+                    "(Megatron-Bridge's Gemma3ModelProvider takes the pair)",
+                    "megatron/core/models/gpt/gpt_model.py rotary_pos_emb (d98e8a6); Megatron-Bridge models/gemma/gemma3_provider.py")
     unexpressed = rope_scaling_unexpressed(m)
     if unexpressed:
         given = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in

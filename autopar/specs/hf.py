@@ -72,7 +72,7 @@ NUMBER_KEYS = (
     "mamba_head_dim", "ssm_state_size", "n_groups", "mamba_n_groups", "conv_kernel", "mamba_d_conv", "chunk_size",
     "mamba_chunk_size", "moe_shared_expert_intermediate_size", "moe_latent_size", "attention_head_dim", "kv_lora_rank",
     "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_layer", "n_embd", "n_head", "n_positions", "n_inner",
-    "router_aux_loss_coef", "aux_loss_alpha",
+    "router_aux_loss_coef", "aux_loss_alpha", "rope_local_base_freq",
 )
 # DeepSeek-V3's sequence-wise balance loss weight when its config.json names none (the released
 # V3 file has no aux_loss_alpha): DeepSeek-V3 Technical Report (arXiv 2412.19437) section 4.2,
@@ -223,6 +223,23 @@ def _rope(cfg: dict[str, Any], field: str) -> dict[str, Any]:
             scaling["original_max_position_embeddings"] = original
     out["rope_scaling"] = {"type": kind, **scaling}
     return out
+
+
+def _rope_local(cfg: dict[str, Any], mtype: str, fields: dict[str, Any], field: str) -> dict[str, Any]:
+    """The local layers' own RoPE: Gemma-3's sliding layers rotate by rope_local_base_freq
+    (Gemma3TextConfig default 10,000), unscaled (transformers 4 Gemma3TextModel.rotary_emb_local);
+    transformers 5 writes it as rope_parameters.sliding_attention. Kept where it differs from the
+    global layers' RoPE, so that a launcher with one RoPE for every layer refuses the model."""
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    local = params.get("sliding_attention") if isinstance(params.get("sliding_attention"), dict) else {}
+    if local.get("rope_type") not in (None, "default"):
+        raise InputError(f"{field}.rope_parameters.sliding_attention.rope_type", local["rope_type"],
+                         "RoPE scaling on the local layers: autopar reads their base only (Gemma-3's are unscaled)")
+    theta = cfg.get("rope_local_base_freq") or params.get("rope_local_base_freq") or local.get("rope_theta")
+    theta = theta or (10_000.0 if "gemma3" in mtype else None)
+    if fields.get("attention_window") is None or theta is None or (theta == fields.get("rope_theta") and not fields.get("rope_scaling")):
+        return {}
+    return {"rope_local_theta": float(theta)}
 
 
 def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
@@ -476,6 +493,8 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         fields.update(_rope(cfg, field))
     fields.update(_moe_fields(cfg, mtype))
     fields.update(_attention_span(cfg, mtype, layers, field, name))
+    if not gpt2:
+        fields.update(_rope_local(cfg, mtype, fields, field))
     fields.update(_linear_attention(cfg, mtype, layers, field, name))
     if _is_nemotron_h(cfg):
         fields.update(_nemotron_h(cfg, field, name))

@@ -250,6 +250,10 @@ class ModelSpec(StrictModel):
     position_embedding: str = Field("rope", description="rope | learned_absolute | none (Nemotron-H's attention layers)")
     rope_theta: float | None = Field(None, gt=0, description="RoPE base frequency")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (Llama-3.1 llama3, DeepSeek yarn); null = none")
+    rope_local_theta: float | None = Field(None, gt=0, description="RoPE base of the local (sliding-window) attention layers, "
+                                           "unscaled, where they rotate apart from the global layers (Gemma-3: HF "
+                                           "rope_local_base_freq 10,000 beside rope_theta 1,000,000, rope_scaling on the "
+                                           "global layers only); null = every layer rotates by rope_theta and rope_scaling")
     rotary_percent: float = Field(1.0, gt=0, le=1, description="Share of each query/key head's dims RoPE rotates, the rest pass "
                                   "through (HF partial_rotary_factor: Qwen3-Next 0.25, GLM-4 0.5; Megatron --rotary-percent)")
     norm_zero_centered_gamma: bool = Field(False, description="The norms scale by 1 + weight, the weight stored around zero (Gemma, "

@@ -220,6 +220,20 @@ def test_a_model_transformers_would_train_differently_is_refused_by_name(model, 
     assert why in str(info.value)
 
 
+def test_a_local_rope_base_is_refused():
+    # a sliding-window model whose local layers rotate by their own base (Gemma-3's rope_local_base_freq):
+    # the Mistral config autopar writes has one rope_theta, so the read-back names the field
+    import dataclasses
+    from autopar.emit.presets import ModelRefused
+    job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=1,zero=1")
+    model = job.model.model_copy(update={"attention_window": 4096, "rope_local_theta": 10000.0})
+    with pytest.raises(ModelRefused) as info:
+        emit_deepspeed(dataclasses.replace(job, model=model))
+    assert str(info.value) == ("model='llama3-8b': deepspeed refuses it: [a transformers model of the model's network] llama3-8b: the "
+                               "transformers mistral config autopar writes for it reads back as another network (rope_local_theta: "
+                               "model 10000.0, config None)")
+
+
 def test_every_written_config_reads_back_as_the_model():
     # the read-back (autopar.specs.hf) is the emitter's own check; every preset it writes passes it
     from autopar.emit.deepspeed_model import model_violations, read_back_differences

@@ -465,6 +465,21 @@ def test_gated_gelu_is_refused_naming_the_activation(tmp_path):
     assert "--swiglu" in megatron_argv(make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
 
 
+def test_a_local_rope_base_is_refused(tmp_path):
+    # Gemma-3's sliding layers rotate by rope_local_base_freq 10,000, its global layers by rope_theta
+    # 1,000,000; GPTModel builds one rotary embedding (--rotary-base), so the launcher wrote
+    # --rotary-base 1000000 for every layer (silu here, so that the GeGLU refusal is not the only one)
+    gemma = _hf_model(tmp_path, "gemma3", model_type="gemma3_text", hidden_activation="silu", rope_theta=1000000,
+                      rope_local_base_freq=10000, sliding_window=512, sliding_window_pattern=6)
+    with pytest.raises(RuleViolation) as err:
+        emit_megatron(make_job(gemma, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+    assert str(err.value).split(" megatron refuses it: ")[1] == (
+        "[one RoPE for every layer (--rotary-base)] gemma3: rope_local_theta=10000 (HF rope_local_base_freq): its sliding-window "
+        "layers rotate by their own unscaled RoPE, its global layers by rope_theta=1e+06; GPTModel builds one rotary embedding "
+        "for every layer (--rotary-base), so the run would train the local layers at the global base (Megatron-Bridge's "
+        "Gemma3ModelProvider takes the pair)")
+
+
 def test_mla_yarn_flags_that_take_effect():
     # deepseek-ai/DeepSeek-V3 rope_scaling: yarn factor 40, mscale 1, mscale_all_dim 1, beta_fast 32,
     # beta_slow 1, original 4096. MLATransformerConfig (d98e8a6) reads rotary_scaling_factor, mscale,

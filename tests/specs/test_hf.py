@@ -409,3 +409,37 @@ def test_transformers5_rope_parameters_per_layer_type():
     cfg = {k: v for k, v in ROPE_BASE.items() if k != "rope_theta"}
     m = model_from_mapping({**cfg, "rope_parameters": params}, "m")
     assert (m.rope_theta, m.rope_scaling.type, m.rope_scaling.factor) == (1000000.0, "linear", 8.0)
+
+
+# google/gemma-3-1b-pt config.json (transformers 4.50): sliding layers rotate by rope_local_base_freq
+GEMMA3_1B = {"model_type": "gemma3_text", "hidden_size": 1152, "num_hidden_layers": 26, "num_attention_heads": 4,
+             "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 6912, "vocab_size": 262144,
+             "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+             "rope_theta": 1000000, "rope_local_base_freq": 10000, "rope_scaling": None, "sliding_window": 512,
+             "sliding_window_pattern": 6}
+
+
+def test_gemma3_local_rope_base_is_carried():
+    from autopar.specs.model import model_from_mapping
+
+    # the sliding layers' base (10,000 beside the global 1,000,000) was dropped: every layer read as theta 1e6
+    m = model_from_mapping(GEMMA3_1B, "gemma3")
+    assert (m.rope_theta, m.rope_local_theta, m.global_attention_layers) == (1000000.0, 10000.0, (5, 11, 17, 23))
+    # Gemma3TextConfig's default rope_local_base_freq when the file omits it
+    assert model_from_mapping({k: v for k, v in GEMMA3_1B.items() if k != "rope_local_base_freq"}, "g").rope_local_theta == 10000.0
+    # transformers 5: rope_parameters per layer type (the sliding block is the local base)
+    params = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    cfg = {k: v for k, v in GEMMA3_1B.items() if k not in ("rope_theta", "rope_local_base_freq", "rope_scaling")}
+    m = model_from_mapping({**cfg, "rope_parameters": params}, "g")
+    assert (m.rope_theta, m.rope_scaling.factor, m.rope_local_theta) == (1000000.0, 8.0, 10000.0)
+    # every layer rotating alike carries nothing: no local layers, or the same unscaled base (Gemma-2 has one RoPE)
+    assert model_from_mapping({**GEMMA3_1B, "sliding_window": None}, "g").rope_local_theta is None
+    assert model_from_mapping({**GEMMA3_1B, "rope_local_base_freq": 1000000}, "g").rope_local_theta is None
+    assert model_from_mapping({**GEMMA3_1B, "model_type": "gemma2", "rope_local_base_freq": None}, "g").rope_local_theta is None
+    # a scaled local RoPE is refused by name, not dropped
+    local = {**params, "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}
+    with pytest.raises(InputError) as err:
+        model_from_mapping({**cfg, "rope_parameters": local}, "g")
+    assert str(err.value) == ("model.rope_parameters.sliding_attention.rope_type='linear': RoPE scaling on the local layers: "
+                              "autopar reads their base only (Gemma-3's are unscaled)")
