@@ -96,7 +96,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     measured rates); --algo and --proto cost another choice, as NCCL_ALGO and NCCL_PROTO force it."""
     from autopar.cost.comm import Collective, place_group
     from autopar.specs import load_cluster
-    from autopar.specs.costparams import check_profile_gpu, load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
+    from autopar.specs.costparams import check_profile_gpu, check_profile_node, load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
 
     collective = Collective(COLLECTIVE_ALIASES.get(op, op))
     if size_text is None and sizes_text is None:
@@ -116,6 +116,7 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     if calibration_path:
         profile = load_calibration_profile(calibration_path)
         check_profile_gpu(profile, cluster.gpu, "calibration", calibration_path, f"cluster {cluster.name} runs")
+        check_profile_node(profile, cluster, "calibration", calibration_path)
         params = with_calibration(load_cost_params(), profile)
     else:
         params = params_for_cluster(cluster)

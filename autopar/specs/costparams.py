@@ -403,6 +403,7 @@ def params_for_cluster(cluster: "ClusterSpec", base: CostParams | None = None) -
         return base
     profile = load_calibration_profile(cluster.calibration)
     check_profile_gpu(profile, cluster.gpu, "calibration", cluster.calibration, f"cluster {cluster.name} runs")
+    check_profile_node(profile, cluster, "calibration", cluster.calibration)
     return with_calibration(base, profile)
 
 
@@ -434,6 +435,19 @@ def check_profile_gpu(profile: CalibrationProfile | None, gpu: "GpuSpec | str | 
     if gpu_kind(measured) != gpu_kind(gpu):
         raise InputError(field, value, f"profile {profile.name} was measured on {describe_gpu_kind(measured)}; {against} "
                          f"{describe_gpu_kind(gpu)}. A profile carries over only within one architecture and NVLink rate")
+
+
+def check_profile_node(profile: CalibrationProfile, cluster: "ClusterSpec", field: str, value: object) -> None:
+    """Refuse a profile measured on nodes of another size: its node curves (ring, NVLS and AllToAll
+    bandwidths) come from that node's links and switch, its network curves from that node's NICs
+    -- h100-ib's eight H100 behind an NVSwitch on InfiniBand are not quad-gh200's four GH200 joined
+    without one on Slingshot, though both are Hopper at NVLink 450 GB/s (check_profile_gpu). A
+    profile that names no node size passes."""
+    per_node = cluster.physical_gpus_per_node
+    if profile.gpus_per_node is None or profile.gpus_per_node == per_node:
+        return
+    raise InputError(field, value, f"profile {profile.name} was measured on {profile.gpus_per_node}-GPU nodes ({profile.description}); "
+                     f"cluster {cluster.name} has {per_node} GPUs per node. A profile carries over only between nodes of one size")
 
 
 def _preset_gpu(name: str | None) -> "GpuSpec | None":

@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from autopar.cli import main
+from autopar.errors import InputError
 from autopar.cost.comm import Collective, busbw_factor, collective_seconds, place_group
 from autopar.specs import load_cluster
 from autopar.specs.costparams import load_calibration_profile, load_cost_params, params_for_cluster, with_calibration
@@ -195,6 +196,27 @@ def test_comm_refuses_a_profile_of_another_gpu(cluster, ok):
     assert r.output == (f"Error: calibration='{H100_IB}': profile h100-ib was measured on H100: hopper, NVLink 450 GB/s; cluster "
                         f"{cluster} runs {gpu.name}: {gpu.architecture}, NVLink {gpu.nvlink_gb_per_s:g} GB/s. A profile carries over "
                         "only within one architecture and NVLink rate\n")
+
+
+def test_a_profile_of_another_node_size_is_refused(tmp_path):
+    # quad-gh200: GH200 is hopper at NVLink 450 GB/s as H100, so h100-ib passed the GPU check; its node
+    # curves came from eight GPUs behind an NVSwitch and its network from InfiniBand NDR, not four GPUs
+    # joined without one on Slingshot
+    message = (f"calibration='{H100_IB}': profile h100-ib was measured on 8-GPU nodes (H100 SXM5 nodes, 8 GPUs with 8x 400 Gb/s "
+               "InfiniBand NDR (ConnectX-7) each); cluster quad-gh200 has 4 GPUs per node. A profile carries over only between "
+               "nodes of one size")
+    r = run(["comm", "--cluster", "quad-gh200", "--nodes", "2", "--op", "all_reduce", "--bytes", "1G", "--calibration", str(H100_IB)])
+    assert r.exit_code == 1 and r.output == f"Error: {message}\n"
+    # a cluster file naming it, refused where its coefficients are built
+    data = yaml.safe_load((ROOT / "profiles" / "clusters" / "quad-gh200.yaml").read_text())
+    (tmp_path / "quad-ib.yaml").write_text(yaml.safe_dump({**data, "calibration": str(H100_IB)}))
+    with pytest.raises(InputError) as err:
+        params_for_cluster(load_cluster(str(tmp_path / "quad-ib.yaml")))
+    assert str(err.value) == message
+    # part of a node is still the profile's node
+    assert run(["comm", "--cluster", "dgx-h100", "--gpus", "4", "--op", "all_reduce", "--bytes", "1G",
+                "--calibration", str(H100_IB)]).exit_code == 0
+    assert params_for_cluster(load_cluster("dgx-h100").with_gpus(4)).sources["calibration"] == "h100-ib"
 
 
 def test_a100_80gb_keeps_the_a100_40gb_profile():
