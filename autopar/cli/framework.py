@@ -37,7 +37,7 @@ def framework_filter(framework: str, model: ModelSpec, cluster: ClusterSpec,
     checks = _checks()
     if framework not in checks:
         raise InputError("framework", framework, f"must be one of {', '.join(checks)}")
-    refuse_model(framework, model)  # before the search: no plan of a model the launcher cannot build would pass
+    refuse_model(framework, model, training.seq_len)  # before the search: no plan of a model the launcher cannot build would pass
     check = checks[framework]
 
     def refusal(plan: Plan, estimate: Estimate) -> str | None:
@@ -50,14 +50,17 @@ def framework_filter(framework: str, model: ModelSpec, cluster: ClusterSpec,
     return refusal
 
 
-def refuse_model(framework: str, model: ModelSpec) -> None:
+def refuse_model(framework: str, model: ModelSpec, seq_len: int) -> None:
     """ModelRefused (model=NAME) when the framework's launcher cannot build the model whatever the
-    plan: torchtitan's registry and Megatron-Bridge's recipes hold a few architectures."""
+    plan: torchtitan's registry and Megatron-Bridge's recipes hold a few architectures, DeepSpeed's
+    helper writes a few transformers families (its config depends on the sequence length)."""
     from autopar.emit.bridge import model_violations as bridge_model
+    from autopar.emit.deepspeed import model_refusals as deepspeed_model
     from autopar.emit.presets import ModelRefused
     from autopar.emit.torchtitan import model_violations as titan_model
 
-    found = {"torchtitan": titan_model, "megatron-bridge": bridge_model}.get(framework, lambda _: [])(model)
+    hooks = {"torchtitan": titan_model, "megatron-bridge": bridge_model, "deepspeed": lambda m: deepspeed_model(m, seq_len)}
+    found = hooks.get(framework, lambda _: [])(model)
     if found:
         raise ModelRefused(framework, model.name, found)
 

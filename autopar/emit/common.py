@@ -120,7 +120,15 @@ def check_common(job: EmitJob, rules: Rules) -> None:
     """Checks every emitter makes before its framework's own rules."""
     rules.check(not job.training.frozen_weights, "pretraining only",
                 "autopar emits pretraining launchers; frozen-weight (LoRA/adapter) runs need the framework's PEFT recipe")
-    m = job.model
+    check_common_model(job.model, rules)
+    try:
+        job.plan.data_parallel(job.num_gpus)
+    except InputError as exc:
+        rules.check(False, "tp * cp * pp * dp == GPUs", exc.rule)
+
+
+def check_common_model(m: ModelSpec, rules: Rules) -> None:
+    """check_common's rules about the model itself, whatever the plan (HYBRID_RULE, LATENT_MOE_RULE)."""
     # Mamba-2 blocks and LatentMoE's projections are Megatron-Core modules (HybridModel, MoELayer):
     # Megatron-LM and Megatron-Bridge (HybridModelProvider) build them, torchtitan and DeepSpeed do not
     core = rules.framework in MEGATRON_CORE_FRAMEWORKS
@@ -133,10 +141,6 @@ def check_common(job: EmitJob, rules: Rules) -> None:
                 f"{m.name} runs its experts at moe_latent_size={m.moe_latent_size} (LatentMoE); of the emitters only Megatron-LM "
                 "(--moe-latent-size) and Megatron-Bridge (model.moe_latent_size) have it",
                 "megatron/core/transformer/moe/moe_layer.py fc1_latent_proj")
-    try:
-        job.plan.data_parallel(job.num_gpus)
-    except InputError as exc:
-        rules.check(False, "tp * cp * pp * dp == GPUs", exc.rule)
 
 
 def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[str]:

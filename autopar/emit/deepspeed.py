@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 
-from autopar.emit.common import HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, check_common, comment_block, header_lines
+from autopar.emit.common import (HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, check_common, check_common_model,
+                                 comment_block, header_lines)
 from autopar.emit.deepspeed_model import HF_RULE, model_violations
 from autopar.emit.deepspeed_script import HELPER, render_helper
 from autopar.emit.presets import refuse
+from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.stack import load_stack
 from autopar.specs.training import Precision, Stack, TrainingSpec
@@ -172,6 +174,14 @@ def validate_config(config: dict, world_size: int, rules: Rules) -> Rules:
         rules.check(world_size % pp == 0 and (world_size // pp) % (size * etp) == 0, "autoep_size * etp divides world / pp",
                     f"world({world_size}) / pp({pp}) with autoep_size({size}) * etp({etp})", "EP folding")
     return rules
+
+
+def model_refusals(model: ModelSpec, seq_len: int) -> list[Violation]:
+    """What DeepSpeed refuses about the model itself, whatever the plan (MODEL_RULES, in
+    check_deepspeed's order; checked before a search for its plans: autopar.cli.framework)."""
+    rules = Rules(FRAMEWORK)
+    check_common_model(model, rules)
+    return rules.found + model_violations(model, seq_len)[1]
 
 
 def check_deepspeed(job: EmitJob) -> tuple[Rules, dict | None]:

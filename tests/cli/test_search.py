@@ -414,6 +414,27 @@ def test_a_model_the_framework_cannot_build_is_refused_before_the_search(monkeyp
         assert "mixtral-8x7b: its architecture is none of " in r.output
 
 
+def test_a_model_deepspeed_cannot_build_is_refused_before_the_search(monkeypatch):
+    # `search --emit deepspeed` on gpt-oss-20b ranked 20,000 plans (19 s), then refused the best one as
+    # plan=...; `emit --format deepspeed` refuses it as model=NAME, in the same words as here
+    import solvers
+
+    def no_search(*_args, **_kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(solvers, "run_search", no_search)
+    base = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64"]
+    for model, rule in (("gpt-oss-20b", "[a transformers model of the model's network] gpt-oss-20b: attention sinks and a clamped "
+                                        "GLU (gpt-oss): autopar writes no transformers gpt-oss config"),
+                        ("nemotron-h-8b", "[decoder layers of attention plus MLP] nemotron-h-8b is a hybrid model")):
+        for option in (["--framework", "deepspeed"], ["--emit", "deepspeed"]):
+            r = run(["--model", model, *base, *option])
+            assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
+            assert r.output.startswith(f"Error: model='{model}': deepspeed refuses it: {rule}"), r.output
+        emitted = CliRunner().invoke(main, ["emit", "--format", "deepspeed", "--model", model, *base, "--plan", "tp=1,zero=1"])
+        assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': deepspeed refuses it: {rule}")
+
+
 def test_a_hf_config_of_a_preset_gets_its_torchtitan_launcher(tmp_path):
     # review: the llama3-8b preset's fields written as config.json were refused after the search
     folder = tmp_path / "Meta-Llama-3-8B"
