@@ -288,7 +288,8 @@ PLAIN_MLP_RULE = "a non-gated MLP is GeLU (exact, or tanh with linear biases) or
 MLA_ROPE_RULE = "MLA's RoPE is plain or YaRN with the flags' reach"
 ROPE_SCALING_RULE = "RoPE scaling is llama3 (low 1, high 4, original 8192), linear by an integer factor, or YaRN"
 LOCAL_ROPE_RULE = "one RoPE for every layer (--rotary-base)"
-CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE, LOCAL_ROPE_RULE}
+QK_NORM_RULE = "query and key norms per head (--qk-layernorm)"
+CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE, LOCAL_ROPE_RULE, QK_NORM_RULE}
 
 
 def _model_checks(job: EmitJob, rules: Rules) -> None:
@@ -322,6 +323,12 @@ def _model_checks(job: EmitJob, rules: Rules) -> None:
                     "embedding for every layer (--rotary-base), so the run would train the local layers at the global base "
                     "(Megatron-Bridge's Gemma3ModelProvider takes the pair)",
                     "megatron/core/models/gpt/gpt_model.py rotary_pos_emb (d98e8a6); Megatron-Bridge models/gemma/gemma3_provider.py")
+    if m.qk_norm_across_heads:
+        rules.check(False, QK_NORM_RULE,
+                    f"{m.name}: qk_norm_across_heads (OLMo-2's Olmo2RMSNorm over num_heads x head_dim = "
+                    f"{m.num_attention_heads * m.head_size}): --qk-layernorm builds TE's q_layernorm and k_layernorm over "
+                    f"head_dim={m.head_size}, each head normed alone, so the run would train another network",
+                    "megatron/core/transformer/attention.py SelfAttention q_layernorm hidden_size=self.hidden_size_per_attention_head (d98e8a6)")
     unexpressed = rope_scaling_unexpressed(m)
     if unexpressed:
         given = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in

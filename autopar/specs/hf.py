@@ -478,7 +478,11 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         "normalization": "layernorm" if gpt2 else "rmsnorm",
         "norm_eps": cfg.get("rms_norm_eps") or cfg.get("layer_norm_eps") or cfg.get("norm_eps") or 1e-5,
-        "qk_layernorm": "qwen3" in mtype or bool(cfg.get("use_qk_norm")) or "kv_lora_rank" in cfg,
+        # Gemma-3's and OLMo-2's attention always norms queries and keys (no config key; transformers 5.12
+        # Gemma3Attention q_norm over head_dim, Olmo2Attention q_norm over num_heads x head_dim)
+        "qk_layernorm": ("qwen3" in mtype or mtype.startswith(("gemma3", "olmo2")) or bool(cfg.get("use_qk_norm"))
+                         or "kv_lora_rank" in cfg),
+        "qk_norm_across_heads": mtype.startswith("olmo2"),
         # GemmaRMSNorm and Qwen3NextRMSNorm compute x_normed * (1 + weight) (transformers modeling files)
         "norm_zero_centered_gamma": mtype.startswith("gemma") or "qwen3_next" in mtype,
         "qkv_bias": bool(cfg.get("attention_bias") or cfg.get("qkv_bias") or "qwen2" in mtype) or gpt2,

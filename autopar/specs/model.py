@@ -242,7 +242,10 @@ class ModelSpec(StrictModel):
                                             "loss; Megatron --moe-router-load-balancing-type seq_aux_loss)")
     normalization: Norm = Field(Norm.rmsnorm, description="rmsnorm | layernorm")
     norm_eps: float = Field(1e-5, gt=0, description="Epsilon of the normalization layers")
-    qk_layernorm: bool = Field(False, description="Norm on queries and keys per head (Qwen3, OLMo-2; DeepSeek MLA's latent norms)")
+    qk_layernorm: bool = Field(False, description="Norm on queries and keys (Qwen3, Gemma-3, OLMo-2; DeepSeek MLA's latent norms), "
+                               "per head unless qk_norm_across_heads")
+    qk_norm_across_heads: bool = Field(False, description="The query and key norms span the whole projection, all heads "
+                                       "together (OLMo-2: Olmo2RMSNorm(num_heads x head_dim)), not each head's head_dim")
     activation: str = Field("silu", description="MLP activation (HF hidden_act, Gemma-2/3 hidden_activation: silu, gelu, "
                             "gelu_new, gelu_pytorch_tanh, relu ...); with gated_mlp the gate's activation")
     qkv_bias: bool = Field(False, description="Bias on the QKV projection (Qwen2)")
@@ -317,6 +320,8 @@ class ModelSpec(StrictModel):
             self._check_router_groups()
         elif self.moe_latent_size is not None:
             raise ValueError("moe_latent_size needs routed experts (num_experts > 0)")
+        if self.qk_norm_across_heads and not self.qk_layernorm:
+            raise ValueError("qk_norm_across_heads needs qk_layernorm (it says how wide the query and key norms are)")
         if self.attention_window is None and (self.global_attention_layers or self.attention_chunked):
             raise ValueError("global_attention_layers and attention_chunked need attention_window (the local layers' span)")
         outside = [i for i in self.global_attention_layers if not 0 <= i < self.num_layers]

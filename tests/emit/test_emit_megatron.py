@@ -480,6 +480,20 @@ def test_a_local_rope_base_is_refused(tmp_path):
         "Gemma3ModelProvider takes the pair)")
 
 
+def test_query_key_norms_across_heads_are_refused(tmp_path):
+    # OLMo-2 norms queries and keys over the whole projection (Olmo2RMSNorm(num_heads x head_dim));
+    # --qk-layernorm builds TE norms over head_dim, one per head. Gemma-3's per-head norms are written
+    olmo2 = _hf_model(tmp_path, "olmo2", model_type="olmo2")
+    with pytest.raises(RuleViolation) as err:
+        emit_megatron(make_job(olmo2, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+    assert str(err.value).split(" megatron refuses it: ")[1] == (
+        "[query and key norms per head (--qk-layernorm)] olmo2: qk_norm_across_heads (OLMo-2's Olmo2RMSNorm over "
+        "num_heads x head_dim = 2048): --qk-layernorm builds TE's q_layernorm and k_layernorm over head_dim=128, each head "
+        "normed alone, so the run would train another network")
+    gemma = _hf_model(tmp_path, "gemma3", model_type="gemma3_text", hidden_activation="silu", sliding_window=None)
+    assert "--qk-layernorm" in megatron_argv(make_job(gemma, "dgx-h100", 16, 4096, 64, "tp=2,zero=1"))
+
+
 def test_mla_yarn_flags_that_take_effect():
     # deepseek-ai/DeepSeek-V3 rope_scaling: yarn factor 40, mscale 1, mscale_all_dim 1, beta_fast 32,
     # beta_slow 1, original 4096. MLATransformerConfig (d98e8a6) reads rotary_scaling_factor, mscale,

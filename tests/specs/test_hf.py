@@ -443,3 +443,16 @@ def test_gemma3_local_rope_base_is_carried():
         model_from_mapping({**cfg, "rope_parameters": local}, "g")
     assert str(err.value) == ("model.rope_parameters.sliding_attention.rope_type='linear': RoPE scaling on the local layers: "
                               "autopar reads their base only (Gemma-3's are unscaled)")
+
+
+def test_gemma3_and_olmo2_norm_queries_and_keys():
+    from autopar.specs.model import model_from_mapping
+
+    # transformers 5.12: Gemma3Attention always builds q_norm/k_norm over head_dim, Olmo2Attention over
+    # num_heads x head_dim; neither config has a key for it, and both were read without the norms
+    gemma = model_from_mapping(GEMMA3_1B, "gemma3")
+    assert (gemma.qk_layernorm, gemma.qk_norm_across_heads) == (True, False)
+    olmo2 = model_from_mapping({**ROPE_BASE, "model_type": "olmo2"}, "olmo2")
+    assert (olmo2.qk_layernorm, olmo2.qk_norm_across_heads) == (True, True)
+    llama = model_from_mapping({**ROPE_BASE, "model_type": "llama"}, "llama")
+    assert (llama.qk_layernorm, llama.qk_norm_across_heads) == (False, False)
