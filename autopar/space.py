@@ -112,10 +112,15 @@ def check_fixed(model: ModelSpec, fixed: dict[str, object]) -> None:
         raise NoCandidate("fix.schedule", schedule, "schedules a pipeline: needs pp > 1, not pp=1")
 
 
+def fixed_degrees(fixed: dict[str, object]) -> dict[str, object]:
+    """The fixed values among the degrees whose product is the GPU count (tp * cp * pp * dp)."""
+    return {k: fixed[k] for k in ("tp", "cp", "pp", "dp") if k in fixed}
+
+
 def check_fixed_gpus(fixed: dict[str, object], num_gpus: int) -> None:
     """--fix degrees whose product no plan on num_gpus GPUs can have (tp * cp * pp * dp = GPUs):
     for one search an input error; for one GPU count of a sweep or a plan, no plan (NoCandidate)."""
-    degrees = {k: fixed[k] for k in ("tp", "cp", "pp", "dp") if k in fixed}
+    degrees = fixed_degrees(fixed)
     product = int(np.prod(list(degrees.values()))) if degrees else 1
     if degrees and (num_gpus % product or ("dp" in degrees and len(degrees) == 4 and product != num_gpus)):
         text = " * ".join(f"{k}({v})" for k, v in degrees.items())

@@ -23,7 +23,7 @@ def check_fixed_plan(spec) -> None:
     model of the sweep breaks it, degrees whose product no GPU count of the sweep can have (tp=16
     on 8 GPUs). A value some models or GPU counts cannot take leaves those cases without a plan
     (no_plan, autopar.errors.NoCandidate), as does a GPU count or a batch no plan fits."""
-    from autopar.space import _fixed_plan_fields, check_fixed, check_fixed_gpus  # what a search runs per case
+    from autopar.space import _fixed_plan_fields, check_fixed, check_fixed_gpus, fixed_degrees  # what a search runs per case
     from autopar.specs import load_model
 
     fixed = dict(spec.fixed)
@@ -48,7 +48,7 @@ def check_fixed_plan(spec) -> None:
             refused.append(exc)
         else:
             return
-    degrees = {k: fixed[k] for k in ("tp", "cp", "pp", "dp") if k in fixed}
+    degrees = fixed_degrees(fixed)
     field, value = (f"sweep.fixed.{next(iter(degrees))}", next(iter(degrees.values()))) if len(degrees) == 1 else \
         ("sweep.fixed", ",".join(f"{k}={v}" for k, v in degrees.items()))
     every = f"; no GPU count of the sweep can take it ({', '.join(map(str, spec.gpus))})" if len(spec.gpus) > 1 else ""
