@@ -52,14 +52,16 @@ def framework_filter(framework: str, model: ModelSpec, cluster: ClusterSpec,
 
 def refuse_model(framework: str, model: ModelSpec, seq_len: int) -> None:
     """ModelRefused (model=NAME) when the framework's launcher cannot build the model whatever the
-    plan: torchtitan's registry and Megatron-Bridge's recipes hold a few architectures, DeepSpeed's
+    plan: Megatron-LM's flags cannot say some features (sinks, other activations, per-layer RoPE),
+    torchtitan's registry and Megatron-Bridge's recipes hold a few architectures, DeepSpeed's
     helper writes a few transformers families (its config depends on the sequence length)."""
     from autopar.emit.bridge import model_violations as bridge_model
     from autopar.emit.deepspeed import model_refusals as deepspeed_model
+    from autopar.emit.megatron import model_violations as megatron_model
     from autopar.emit.presets import ModelRefused
     from autopar.emit.torchtitan import model_violations as titan_model
 
-    hooks = {"torchtitan": titan_model, "megatron-bridge": bridge_model, "deepspeed": lambda m: deepspeed_model(m, seq_len)}
+    hooks = {"megatron": megatron_model, "torchtitan": titan_model, "megatron-bridge": bridge_model, "deepspeed": lambda m: deepspeed_model(m, seq_len)}
     found = hooks.get(framework, lambda _: [])(model)
     if found:
         raise ModelRefused(framework, model.name, found)

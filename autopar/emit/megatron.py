@@ -18,13 +18,15 @@ from autopar.cost.rules import hybrid_a2a_size
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
-    Artefact, EmitJob, Rules, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
+    Artefact, EmitJob, Rules, Violation, check_common, check_common_model, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import (
     EXACT_GELU, GATED_FLAGS, LLAMA3_FIXED, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags,
     mla_yarn_unexpressed, model_flags, moe_flags, plain_mlp_flags, rope_scaling_unexpressed,
 )
 from autopar.emit.megatron_rules import validate_megatron
+from autopar.emit.presets import refuse
+from autopar.specs.model import ModelSpec
 from autopar.specs.plan import CpAlgo, Plan, RankOrder, Recompute, Schedule
 from autopar.specs.training import Fp8Recipe, Precision
 
@@ -292,9 +294,28 @@ QK_NORM_RULE = "query and key norms per head (--qk-layernorm)"
 CLI_ONLY_RULES = {SINKS_RULE, GATED_RULE, PLAIN_MLP_RULE, MLA_ROPE_RULE, ROPE_SCALING_RULE, LOCAL_ROPE_RULE, QK_NORM_RULE}
 
 
-def _model_checks(job: EmitJob, rules: Rules) -> None:
-    """The model's features Megatron-LM's command line cannot build (CLI_ONLY_RULES)."""
-    m = job.model
+CHUNKED_RULE = "local attention is a sliding window (--window-size)"
+# the rules about the model itself, whatever the plan: emit refuses them as model=NAME, and
+# search --framework megatron before the search (autopar.cli.framework.refuse_model)
+MODEL_RULES = CLI_ONLY_RULES | {CHUNKED_RULE}
+
+
+def model_violations(m: ModelSpec) -> list[Violation]:
+    """What Megatron-LM refuses about the model itself, whatever the plan (MODEL_RULES, in
+    check_megatron's order)."""
+    rules = Rules(FRAMEWORK)
+    check_common_model(m, rules)
+    _model_checks(m, rules)
+    return rules.found
+
+
+def _model_checks(m: ModelSpec, rules: Rules) -> None:
+    """The model's features Megatron-LM cannot build: CLI_ONLY_RULES (flags pretrain_gpt.py lacks)
+    and chunked local attention (which Megatron-Core lacks, so Megatron-Bridge refuses it too)."""
+    rules.check(not m.attention_chunked, CHUNKED_RULE,
+                f"{m.name} attends within {m.attention_window}-token chunks (Llama-4 chunked attention); "
+                "Megatron-LM's --window-size / --window-attn-skip-freq describe sliding windows only",
+                "megatron/training/arguments.py --window-size")
     rules.check(not (m.attention_sinks or m.swiglu_limit), SINKS_RULE,
                 f"{m.name} has attention sinks and a clamped GLU (gpt-oss): TransformerConfig softmax_type 'learnable', "
                 "activation_func_clamp_value and glu_linear_offset have no command-line flags in Megatron-LM "
@@ -363,12 +384,8 @@ def check_megatron(job: EmitJob) -> Rules:
                 f"fp8_recipe={t.fp8_scaling.value}: Transformer Engine has no per-row FP8 scaling "
                 "(--fp8-recipe tensorwise|delayed|mxfp8|blockwise); that recipe is torchao's (torchtitan)",
                 "megatron/training/arguments.py --fp8-recipe")
-    rules.check(not job.model.attention_chunked, "local attention is a sliding window (--window-size)",
-                f"{job.model.name} attends within {job.model.attention_window}-token chunks (Llama-4 chunked attention); "
-                "Megatron-LM's --window-size / --window-attn-skip-freq describe sliding windows only",
-                "megatron/training/arguments.py --window-size")
     m = job.model
-    _model_checks(job, rules)
+    _model_checks(m, rules)
     schedule = job.plan.pipeline_schedule
     rules.check(schedule in (Schedule.one_f_one_b, Schedule.interleaved), "schedule in {1f1b, interleaved}",
                 f"Megatron-LM pretrain_gpt runs 1F1B or interleaved 1F1B; plan asks for {schedule.value}",
@@ -446,5 +463,5 @@ exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "
 
 
 def emit_megatron(job: EmitJob) -> list[Artefact]:
-    check_megatron(job).refuse_if_any(job.plan.text())
+    refuse(FRAMEWORK, job.model.name, job.plan.text(), check_megatron(job).found, MODEL_RULES)
     return [Artefact(SCRIPT, render_script(job), executable=True)]

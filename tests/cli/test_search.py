@@ -435,6 +435,29 @@ def test_a_model_deepspeed_cannot_build_is_refused_before_the_search(monkeypatch
         assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': deepspeed refuses it: {rule}")
 
 
+def test_a_model_megatron_cannot_build_is_refused_before_the_search(monkeypatch):
+    # `search --framework megatron` on gpt-oss-20b ranked its plans, then refused the best one as
+    # plan=...: sinks and the clamped GLU have no pretrain_gpt.py flag whatever the plan; emit refuses
+    # it as model=NAME in the same words. Llama-4's chunked attention likewise (Megatron-Core has none)
+    import solvers
+
+    def no_search(*_args, **_kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(solvers, "run_search", no_search)
+    base = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "8192", "--global-batch", "64"]
+    for model, rule in (("gpt-oss-20b", "[the model's softmax and GLU have pretrain_gpt.py flags] gpt-oss-20b has attention "
+                                        "sinks and a clamped GLU (gpt-oss)"),
+                        ("llama4-scout", "[local attention is a sliding window (--window-size)] llama4-scout attends within "
+                                         "8192-token chunks")):
+        for option in (["--framework", "megatron"], ["--emit", "megatron"]):
+            r = run(["--model", model, *base, *option])
+            assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
+            assert r.output.startswith(f"Error: model='{model}': megatron refuses it: {rule}"), r.output
+        emitted = CliRunner().invoke(main, ["emit", "--format", "megatron", "--model", model, *base, "--plan", "tp=1,ep=8,zero=1"])
+        assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': megatron refuses it: {rule}"), emitted.output
+
+
 def test_a_hf_config_of_a_preset_gets_its_torchtitan_launcher(tmp_path):
     # review: the llama3-8b preset's fields written as config.json were refused after the search
     folder = tmp_path / "Meta-Llama-3-8B"
