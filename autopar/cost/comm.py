@@ -208,12 +208,18 @@ def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: Cl
     if op == Collective.send_recv:
         if group.nodes <= 1:
             return alpha + message_bytes / intra_bandwidth(cluster, message_bytes, params, p2p=True)
-        # one pair at the NIC rate: xxrjun cluster01's 2-node sendrecv pairs run at 39.7-46.1 GB/s of a 400G
-        # NIC (45.0 here). Its 10-node sendrecv rings run at 25 GB/s (15 with 8 ranks per node), which the
-        # model does not take (results/calibration/heldout.txt, +71..+195%); mid-size saturation keeps the
-        # unverified 8 MB, not the all_to_all pairs' 4.5e5 (no sendrecv log across nodes below 32 MiB)
-        nic = _achieved(cluster.nic_bytes_per_second_per_gpu, eff, message_bytes, params.comm.p2p_half_bandwidth_bytes)
-        return alpha + message_bytes / nic
+        # each rank sends to one rank on another node over the channels NCCL gives that peer, each at
+        # most NCCL_P2P_PER_CHANNEL_NET_BW, and never faster than the NIC: xxrjun cluster01's 2-node pairs
+        # run 4 channels at the NIC rate (39.7-46.1 GB/s of a 400G NIC), its 10-node rings 2 channels
+        # (25-26 GB/s) or 1 with 8 ranks per node (15 GB/s). A cross-node send fills as the all_to_all
+        # pairs on that network do (net_p2p_half_bandwidth_bytes: the rings reach 97-98% at 32 MiB)
+        prm = params.comm.nccl
+        version = version_tuple(_calibrated(params, "nccl_version", prm.version))
+        channels = nccl.net_p2p_channels_per_peer(n, group.per_node, cluster.nic_gb_per_s_per_gpu, cluster.gpu.compute_capability,
+                                                  version, prm)
+        peak = min(cluster.nic_bytes_per_second_per_gpu * eff, channels * prm.p2p_per_channel_net_gb_per_s * GB)
+        net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)
+        return alpha + message_bytes / _achieved(peak, 1.0, message_bytes, net_half)
     off_node = message_bytes * (n - group.per_node) / n
     on_node = message_bytes * (group.per_node - 1) / n
     net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)

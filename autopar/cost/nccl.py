@@ -29,6 +29,7 @@ pipelines NCCL runs, the others as latency + transfer.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from autopar.specs.costparams import NcclParams
@@ -78,6 +79,39 @@ class Choice:
 
 def log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
+
+
+P2P_MODEL_CHANGE = (2, 29)  # NCCL 2.29.2 sized the channels of a send to another node anew
+MAX_CHANNELS = 64            # MAXCHANNELS
+
+
+def pow2_up(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def net_p2p_channels_per_peer(ranks: int, per_node: int, nic_gb_per_s: float, compute_capability: float,
+                              version: tuple[int, int], prm: NcclParams) -> int:
+    """Channels NCCL gives one send to a rank on another node in a communicator of `ranks` ranks,
+    `per_node` on each node, one NIC per GPU (src/graph/paths.cc ncclTopoGetNchannels and
+    ncclTopoComputeP2pChannels, v2.28.7 and v2.29.2). The communicator's p2p channels are its
+    ring channels rounded up to a power of two: the topology search finds one ring per NIC at its
+    speed, duplicates them unless the speed is below 25 GB/s or, from Ampere's successors on,
+    below 50 GB/s with more than 4 rings (search.cc ncclTopoDupChannels), and the communicator
+    runs each twice (connect.cc)."""
+    speed = prm.graph_nic_fraction * nic_gb_per_s
+    rings = min(per_node, prm.graph_channels)
+    if not (speed < 25.0 or (compute_capability * 10 > 80 and speed < 50.0 and rings > 4)):
+        rings *= 2
+    p2p_channels = min(pow2_up(2 * rings), MAX_CHANNELS)
+    if version >= P2P_MODEL_CHANGE:
+        per_peer = pow2_up(max(1, math.ceil(int(nic_gb_per_s) / prm.p2p_per_channel_net_gb_per_s)))
+        while per_peer * math.ceil(ranks / prm.p2p_per_batch) > p2p_channels and per_peer > 1:
+            per_peer //= 2
+        return per_peer
+    per_peer = prm.p2p_net_channels_before_2_29  # "avoid overloading channels with 8+ operations"
+    while per_peer * ranks > p2p_channels * 4 and per_peer > 1:
+        per_peer //= 2
+    return min(pow2_up(per_peer), p2p_channels)
 
 
 def _ll_max(f: Fabric, prm: NcclParams) -> float:

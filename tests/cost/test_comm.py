@@ -96,3 +96,24 @@ def test_forced_algorithm_that_cannot_run(params):
     # AllToAll runs as point-to-point sends, which NCCL_ALGO does not choose (it was silently ignored)
     with pytest.raises(ValueError, match="alltoall runs as NCCL point-to-point sends"):
         collective_choice(Collective.all_to_all, GiB, Group(8, 8, 1), load_cluster("dgx-h100"), params, "tree")
+
+
+@pytest.mark.parametrize("ranks, per_node, nic, cc, version, channels", [
+    # NCCL 2.29.2 src/graph/paths.cc, one 400 Gb/s (50 GB/s) NIC per Hopper GPU: a network peer starts at
+    # ceil(50 / 14) = 4 channels; the p2p channels are the rings x 2 (connect.cc), the rings one per NIC
+    # duplicated when <= 4 (search.cc ncclTopoDupChannels: 48 GB/s < 50): 4, 8, 16, 16 for 1, 2, 4, 8 per node
+    (2, 1, 50, 9.0, (2, 29), 4),     # 4 x ceil(2/8) = 4 <= 4
+    (10, 1, 50, 9.0, (2, 29), 2),    # 4 x 2 > 4 -> 2 x 2 <= 4
+    (20, 2, 50, 9.0, (2, 29), 2),    # 4 x 3 > 8 -> 2 x 3 <= 8
+    (40, 4, 50, 9.0, (2, 29), 2),    # 4 x 5 > 16 -> 2 x 5 <= 16
+    (80, 8, 50, 9.0, (2, 29), 1),    # 4 x 10, 2 x 10 > 16 -> 1
+    (16, 8, 50, 9.0, (2, 29), 4),    # 4 x 2 <= 16
+    (2, 1, 12.5, 9.0, (2, 29), 1),   # a 100 Gb/s NIC: ceil(12 / 14) = 1
+    # NCCL <= 2.28 (v2.28.7): 2 channels per peer, halved while 2 x ranks > 4 x the p2p channels
+    (2, 1, 50, 9.0, (2, 28), 2),     # 2 x 2 <= 16
+    (10, 1, 50, 9.0, (2, 28), 1),    # 2 x 10 > 16 -> 1
+    (80, 8, 50, 9.0, (2, 27), 1),    # 2 x 80 > 4 x 16 -> 1
+])
+def test_channels_of_a_send_to_another_node(params, ranks, per_node, nic, cc, version, channels):
+    from autopar.cost.nccl import net_p2p_channels_per_peer
+    assert net_p2p_channels_per_peer(ranks, per_node, nic, cc, version, params.comm.nccl) == channels
