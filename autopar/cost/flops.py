@@ -68,6 +68,21 @@ def mamba_params(model: ModelSpec) -> float:
     return h * mb.in_proj_width + (mb.conv_kernel_dim + 1) * mb.conv_width + 3 * mb.num_heads + mb.inner_dim + mb.inner_dim * h
 
 
+def mixer_matmul_params(model: ModelSpec, index: int) -> float:
+    """The part of mixer_params that multiplies every token as a matrix: a Mamba-2 or Gated
+    DeltaNet block's in- and out-projections, not its convolution (counted as the layer's core
+    FLOPs: attention_core_flops_per_token), biases, per-head decay and step vectors or gated-norm
+    weight, which scale or add element-wise."""
+    if not model.has_mixer(index):
+        return 0.0
+    h = model.hidden_size
+    if model.is_mamba_layer(index):
+        return h * model.mamba.in_proj_width + model.mamba.inner_dim * h
+    if model.is_linear_attention_layer(index):
+        return h * model.linear_attention.in_proj_width + model.linear_attention.v_dim * h
+    return attention_params(model)
+
+
 def mixer_params(model: ModelSpec, index: int) -> float:
     """Weights of layer `index`'s token mixer: linear or softmax attention, Mamba-2, or none (a
     hybrid MLP or MoE layer)."""
@@ -161,7 +176,8 @@ def active_params_per_token(model: ModelSpec) -> float:
     """Matmul parameters touched per token (routed experts: k of E), embedding lookup excluded."""
     def active(i: int) -> float:
         dense, routed = layer_params(model, i)
-        return dense - model.layer_norms(i) * model.hidden_size + (model.moe_top_k * expert_params(model) if routed else 0.0)
+        elementwise = model.layer_norms(i) * model.hidden_size + mixer_params(model, i) - mixer_matmul_params(model, i)
+        return dense - elementwise + (model.moe_top_k * expert_params(model) if routed else 0.0)
 
     total = sum(active(i) for i in range(model.num_layers))
     # each MTP module: its layer, its projection and its own pass through the output layer
