@@ -54,6 +54,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-bias-gelu-fusion", dest="bias_gelu_fusion", action="store_false")
     p.add_argument("--cp-comm-type", nargs="+", default=["p2p"])
     p.add_argument("--hierarchical-context-parallel-sizes", nargs="+", type=int, default=None)
+    p.add_argument("--window-size", type=_window_size, default=None)  # AR tuple_type: "left,right"
     p.add_argument("--pipeline-model-parallel-layout", default=None)
     p.add_argument("--hybrid-layer-pattern", default=None)
     p.add_argument("--hybrid-override-pattern", dest="hybrid_layer_pattern")  # deprecated spelling, same value
@@ -83,6 +84,11 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--hidden-dropout", type=float, default=0.1)
     return p
+
+
+def _window_size(text: str) -> tuple[int, ...]:
+    """--window-size as Megatron-LM's tuple_type reads it: comma-separated ints ("4096,0")."""
+    return tuple(int(x) for x in text.strip("()").split(","))
 
 
 def parse_megatron_argv(argv: list[str], resolve_hybrid: bool = True) -> argparse.Namespace:

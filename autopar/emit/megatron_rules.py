@@ -3,7 +3,9 @@ names and defaults). Rules and their sources: docs/reference/launchers.md 1.4 (A
 megatron/training/arguments.py validate_args, TC = transformer_config.py, PS = parallel_state.py,
 NMC = num_microbatches_calculator.py, SCH = schedules.py; hybrid: HLA, MM, MCP at _hybrid); the Megatron-FSDP rules were read in
 a copy of AR validate_args (not in launchers.md); FGO = Megatron-LM
-docs/user-guide/features/fine_grained_activation_offloading.md (the switch and its module list)."""
+docs/user-guide/features/fine_grained_activation_offloading.md (the switch and its module list);
+TE = Transformer Engine transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+attn_forward_func_with_cp (TE 2.17.1, the revision Megatron-LM d98e8a6's pyproject.toml pins)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def validate_megatron(argv: list[str], world_size: int, env: dict[str, str], com
         _batch(ns, dp, rules)
     _layers(ns, rules)
     _attention(ns, rules)
+    _cp_attention(ns, rules)
     _sequence(ns, env, compute_capability, rules)
     _optimizer(ns, rules)
     _precision_and_recompute(ns, rules)
@@ -113,6 +116,39 @@ def _layers(ns: Namespace, r: Rules) -> None:
     if vpp > 1:
         need = 1 if ns.overlap_p2p_comm else 2
         r.check(pp > need, "interleaving needs PP > 1 (PP > 2 without p2p overlap)", f"pp={pp} with vpp={vpp}", "AR")
+
+
+# TE attn_forward_func_with_cp: 'assert not sliding_window_attn or cp_comm_type in ["a2a", "all_gather"]'
+# (since TE v2.0, commit 560bccf8d; still in 2.17.1 and 2.18), where sliding_window_attn is a window_size
+# other than (-1, 0) and (-1, -1)
+SWA_CP_TYPES = ("a2a", "all_gather")
+SWA_CP_RULE = "sliding-window attention with CP > 1 needs cp_comm_type a2a or all_gather"
+
+
+def te_cp_comm_type(comm_type: str, hierarchical: list[int] | None) -> str:
+    """The CP type TE runs: attn_forward_func_with_cp turns a2a+p2p into p2p when its a2a group
+    has one rank, into a2a when its p2p group has one (before its other checks)."""
+    if comm_type == "a2a+p2p" and hierarchical and len(hierarchical) == 2:
+        if hierarchical[0] == 1:
+            return "p2p"
+        if hierarchical[1] == 1:
+            return "a2a"
+    return comm_type
+
+
+def _cp_attention(ns: Namespace, r: Rules) -> None:
+    """Transformer Engine's CP limits on the attention the flags build (TE)."""
+    cp, window = ns.context_parallel_size, ns.window_size
+    if cp <= 1 or window is None or window in ((-1, 0), (-1, -1)):
+        return
+    for written in ns.cp_comm_type:
+        runs = te_cp_comm_type(written, ns.hierarchical_context_parallel_sizes)
+        shown = written if runs == written else f"{written} (runs as {runs})"
+        r.check(runs in SWA_CP_TYPES, SWA_CP_RULE,
+                f"--window-size {','.join(map(str, window))} with --context-parallel-size {cp} and --cp-comm-type {shown}: "
+                "Transformer Engine asserts 'Context parallelism does not support sliding window attention with "
+                f"cp_comm_type={runs!r}' on the first forward (cp_algo=ulysses writes a2a, which it runs)",
+                "TE context_parallel.py attn_forward_func_with_cp (TE >= 2.0)")
 
 
 # Megatron-Core hybrid_layer_allocation.py Symbols: Mamba, GDN, attention, DSA, MLA, MLP, MoE

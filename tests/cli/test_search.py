@@ -490,3 +490,23 @@ def test_nearest_change_names_a_gpu_count_the_cli_accepts(gpus):
     r = run(["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", gpus, "--seq-len", "4096", "--no-per-stage"])
     assert r.exit_code == 1 and r.output.strip().endswith("nearest change: --gpus 16 fits"), r.output
     assert run(["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--no-per-stage"]).exit_code == 0
+
+
+def test_search_for_megatron_ranks_only_the_cp_types_transformer_engine_runs_with_a_window(tmp_path):
+    # review item 1: Mistral-7B v0.1 (sliding_window 4096 on every layer) at 32K on 16 H100s ranked
+    # cp=8 ring attention first and wrote --cp-comm-type p2p, which Transformer Engine refuses on the
+    # first forward (context_parallel.py attn_forward_func_with_cp, TE >= 2.0: sliding window attention
+    # needs cp_comm_type a2a or all_gather); now only plans Megatron-LM runs are ranked
+    from autopar.specs.plan import CpAlgo
+    config = tmp_path / "mistral7.json"
+    config.write_text(json.dumps({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "rope_theta": 10000.0,
+                                  "max_position_embeddings": 32768, "sliding_window": 4096}))
+    out, launch = tmp_path / "r.json", tmp_path / "m7"
+    r = run(["--model", str(config), "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "32768", "--top", "5", "--no-per-stage",
+             "--emit", "megatron", "--emit-dir", str(launch), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    plans = [p.plan for p in load_results(out).plans]
+    assert len(plans) == 5 and all(p.cp == 1 or p.cp_algo == CpAlgo.ulysses for p in plans), [p.text() for p in plans]
+    assert any(p.cp > 1 for p in plans)  # CP is still offered, on the a2a type
+    assert "--cp-comm-type p2p" not in (launch / "launch_megatron.sh").read_text()

@@ -262,6 +262,32 @@ def test_sliding_window_flags(tmp_path):
     assert "--window-attn-skip-freq '([0]*4+[1]*8)'" in text
 
 
+def test_sliding_window_context_parallelism_runs_only_the_types_transformer_engine_accepts(tmp_path):
+    # Transformer Engine 2.17.1 (the revision Megatron-LM d98e8a6 pins), context_parallel.py
+    # attn_forward_func_with_cp: 'assert not sliding_window_attn or cp_comm_type in ["a2a", "all_gather"]'
+    # (since TE v2.0). Mistral-7B v0.1's 4096-token window on every layer (review item 1)
+    from autopar.emit.megatron_parse import parse_megatron_argv
+    from autopar.emit.megatron_rules import SWA_CP_RULE
+    mistral = _hf_model(tmp_path, "mistral", model_type="mistral", sliding_window=4096, num_attention_heads=32,
+                        num_key_value_heads=8, hidden_size=4096)
+    for cp, algo, written in ((8, "ring", "p2p"), (16, "hybrid", "a2a+p2p")):
+        with pytest.raises(RuleViolation) as err:
+            emit_megatron(make_job(mistral, "dgx-h100", 16, 32768, 16, f"tp=1,cp={cp},cp_algo={algo}"))
+        [found] = err.value.violations
+        assert found.rule == SWA_CP_RULE
+        assert found.detail.startswith(f"--window-size 4096,0 with --context-parallel-size {cp} and --cp-comm-type {written}: ")
+    # Ulysses writes a2a, which TE runs with a window
+    job = make_job(mistral, "dgx-h100", 16, 32768, 16, "tp=1,cp=8,cp_algo=ulysses")
+    assert "--cp-comm-type a2a" in script_of(job)
+    # hybrid with every a2a rank in one node: hierarchical sizes [8, 1], which TE runs as a2a
+    # (attn_forward_func_with_cp: p2p group of world size 1 -> cp_comm_type = "a2a", before the assert)
+    job = make_job(mistral, "dgx-h100", 16, 32768, 16, "tp=1,cp=8,cp_algo=hybrid")
+    assert parse_megatron_argv(megatron_argv(job)).hierarchical_context_parallel_sizes == [8, 1]
+    emit_megatron(job)
+    # without a window, ring CP stays legal
+    emit_megatron(make_job("llama3-8b", "dgx-h100", 16, 32768, 16, "tp=1,cp=8,cp_algo=ring"))
+
+
 def test_chunked_attention_is_refused_by_name(tmp_path):
     scout = _hf_model(tmp_path, "scout", model_type="llama4_text", attention_chunk_size=8192)
     with pytest.raises(RuleViolation, match="local attention is a sliding window"):
