@@ -18,7 +18,7 @@ from autopar.emit.common import (
     rendezvous_block,
 )
 from autopar.emit.megatron import (
-    CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, env_lines, fp8_notes, full_recompute_layers,
+    CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, cp_notes, env_lines, fp8_notes, full_recompute_layers,
     hierarchical_cp_sizes,
 )
 from autopar.emit.megatron_model import DISPATCHER, hybrid_stage_pattern, load_balancing_type
@@ -297,7 +297,7 @@ def _py_value(key: str, value: object) -> str:
 def render_script(job: EmitJob, o: dict) -> str:
     module, fn = recipe_for(job)
     notes = [f"Recipe: {module}.{fn}(); the overrides below re-plan it and set every recipe default that would change the plan.",
-             "Launch with launch_megatron_bridge.sh (torchrun on every node).", *fp8_notes(job)]
+             "Launch with launch_megatron_bridge.sh (torchrun on every node).", *fp8_notes(job), *cp_notes(job)]
     lines = "\n".join(f"    {k!r}: {_py_value(k, v)}," for k, v in o.items())
     # torch is named only by the pipeline dtype (pp > 1): no unused import otherwise
     torch_import = "import torch\n\n" if "torch." in lines else ""

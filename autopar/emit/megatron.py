@@ -185,6 +185,30 @@ def fp8_notes(job: EmitJob) -> list[str]:
     return [TE_TENSORWISE_WHY + "."]
 
 
+# TE context_parallel.py attn_forward_func_with_cp, v2.5 to v2.14: 'enable_mla = k.shape[-1] != v.shape[-1];
+# assert not enable_mla or cp_comm_type in ["p2p", "a2a+p2p"]'. v2.15 (commit ee5dcec22, "open up a2a for
+# mla", "enable mla ag") dropped it; Megatron-LM d98e8a6 pins TE 2.17.1 (pyproject.toml), which runs MLA on
+# every CP type, so the launcher says which TE it needs rather than refusing the plan
+MLA_CP_MIN_TE = "2.15"
+
+
+def cp_notes(job: EmitJob) -> list[str]:
+    """The launcher's word on the Transformer Engine its CP type needs for the model."""
+    from autopar.emit.megatron_rules import te_cp_comm_type
+
+    plan, mla = job.plan, job.model.mla
+    if plan.cp <= 1 or mla is None or mla.qk_nope_head_dim + mla.qk_rope_head_dim == mla.v_head_dim:
+        return []
+    written = CP_COMM_TYPE[plan.cp_algo]
+    runs = te_cp_comm_type(written, list(hierarchical_cp_sizes(job)) if plan.cp_algo == CpAlgo.hybrid else None)
+    if runs in ("p2p", "a2a+p2p"):
+        return []
+    return [f"MLA (K head dim {mla.qk_nope_head_dim + mla.qk_rope_head_dim}, V head dim {mla.v_head_dim}) with context "
+            f"parallelism on cp_comm_type {runs} needs Transformer Engine >= {MLA_CP_MIN_TE} (Megatron-LM d98e8a6 pins 2.17.1); "
+            "TE 2.5 to 2.14 assert 'Context parallelism does not support MLA' unless cp_comm_type is p2p or a2a+p2p "
+            "(cp_algo=ring or hybrid)."]
+
+
 def full_recompute_layers(plan: Plan) -> int | None:
     """Layers each stage recomputes in full (None = all). Megatron has one count for every
     stage, so per-stage counts pass only when they are all equal (check_megatron refuses others)."""
@@ -426,7 +450,8 @@ def _render_sections(sections: list[Section], indent: str = "  ") -> str:
 def render_script(job: EmitJob) -> str:
     m = job.model
     notes = ["Set MEGATRON_LM to a Megatron-LM checkout; run this script once on every node with NODE_RANK set.",
-             "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.", *fp8_notes(job)]
+             "Without DATA_PATH the run uses --mock-data and a NullTokenizer of the model's vocab size.", *fp8_notes(job),
+             *cp_notes(job)]
     exports = env_lines(job)
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK, notes)).rstrip()}

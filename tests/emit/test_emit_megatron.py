@@ -288,6 +288,27 @@ def test_sliding_window_context_parallelism_runs_only_the_types_transformer_engi
     emit_megatron(make_job("llama3-8b", "dgx-h100", 16, 32768, 16, "tp=1,cp=8,cp_algo=ring"))
 
 
+def test_mla_with_ulysses_context_parallelism_names_the_transformer_engine_it_needs():
+    # review item 2 said TE refuses MLA (K head dim != V head dim) on cp_comm_type a2a. TE v2.5 to v2.14
+    # context_parallel.py attn_forward_func_with_cp do assert 'not enable_mla or cp_comm_type in ["p2p",
+    # "a2a+p2p"]'; v2.15 (ee5dcec22 "open up a2a for mla") removed it, and Megatron-LM d98e8a6 pins TE
+    # 2.17.1, so the launcher runs and is not refused: it says which TE it needs instead.
+    # deepseek-v2-lite: qk_nope 128 + qk_rope 64 = 192, v_head_dim 128 (HF config.json)
+    from autopar.emit.bridge import render_script as bridge_script, check_bridge
+    job = make_job("deepseek-v2-lite", "dgx-h100", 16, 8192, 64, "tp=1,cp=4,cp_algo=ulysses,ep=4")
+    text = script_of(job)
+    assert "--cp-comm-type a2a" in text
+    assert "# note: MLA (K head dim 192, V head dim 128) with context parallelism on cp_comm_type a2a needs Transformer " \
+           "Engine >= 2.15" in text
+    # ring (p2p) runs MLA on every TE since 2.5: no note
+    assert "needs Transformer Engine" not in script_of(make_job("deepseek-v2-lite", "dgx-h100", 16, 8192, 64, "tp=1,cp=4,ep=4"))
+    # Megatron-Bridge writes the same cp_comm_type and the same note (DeepSeek-V3 has a recipe)
+    job = make_job("deepseek-v3", "hgx-h800", 2048, 8192, 4096, "tp=1,pp=16,cp=2,cp_algo=ulysses,ep=64,zero=1,recompute=full")
+    rules, overrides = check_bridge(job)
+    assert not rules.found and overrides["model.cp_comm_type"] == "a2a"
+    assert "cp_comm_type a2a needs Transformer Engine >= 2.15" in bridge_script(job, overrides)
+
+
 def test_chunked_attention_is_refused_by_name(tmp_path):
     scout = _hf_model(tmp_path, "scout", model_type="llama4_text", attention_chunk_size=8192)
     with pytest.raises(RuleViolation, match="local attention is a sliding window"):
