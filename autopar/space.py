@@ -83,6 +83,9 @@ def check_fixed(model: ModelSpec, fixed: dict[str, object]) -> None:
     if not model.is_moe:
         if ep is not None and ep > 1:
             raise NoCandidate("fix.ep", ep, f"expert parallelism needs a MoE model ({model.name} has no experts)")
+        if fixed.get("etp") is not None:  # a dense plan's etp is its tp: fixing it would only pin tp
+            raise NoCandidate("fix.etp", fixed["etp"], f"expert tensor parallelism needs a MoE model ({model.name} has no experts; "
+                              "fix tp to set the tensor-parallel degree)")
         if dispatcher not in (None, Dispatcher.alltoall.value):
             raise NoCandidate("fix.dispatcher", dispatcher, f"dispatches tokens to experts: {model.name} has no experts")
         if fixed.get("ep_overlap"):

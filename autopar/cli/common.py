@@ -245,8 +245,11 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
 
 
 def check_stage_layout(plan, model):
-    """A plan's explicit first/last stage layers checked against the model before costing, so
-    the error names first/last rather than a rule that depends on them (vpp)."""
+    """A plan's explicit first/last stage layers (and a dense model's etp) checked against the
+    model before costing, so the error names the field written rather than a rule that depends on
+    it (vpp, ep)."""
+    if not model.is_moe and plan.etp is not None and plan.etp != plan.tp:  # otherwise the cost rules blame ep (a default)
+        raise InputError("plan.etp", plan.etp, f"expert tensor parallelism needs a MoE model ({model.name} has no experts)")
     stages = plan.layers_per_stage(model.num_layers)
     # recompute counts past a stage's layers were clamped silently (the plan text kept 999)
     if plan.recompute_num_layers is not None and plan.recompute_num_layers > max(stages):

@@ -95,3 +95,13 @@ def test_allow_tp_across_nodes_as_in_search():
     # memory still counts: ZeRO-0 does not fit
     full = json.loads(run(args[:-3] + ["--plan", "tp=16,mbs=8,zero=0", "--allow-tp-across-nodes", "--json"]).stdout)
     assert full["feasible"] is False and full["reasons"][0].startswith("memory: needs")
+
+
+def test_expert_tensor_parallelism_on_a_dense_model_names_etp():
+    # review item 4: `--plan tp=2,etp=1` on llama3-8b (no experts) said "plan.ep=1: expert parallelism
+    # needs a MoE model", blaming ep, a default the user never wrote; the field at fault is etp.
+    # etp equal to tp (Megatron's default, specs/plan.py Plan.etp) stays legal
+    base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096", "--global-batch", "64"]
+    r = run(base + ["--plan", "tp=2,etp=1"])
+    assert r.exit_code == 1 and r.output.strip() == "Error: plan.etp=1: expert tensor parallelism needs a MoE model (llama3-8b has no experts)"
+    assert run(base + ["--plan", "tp=2,etp=2"]).exit_code == 0
