@@ -262,6 +262,29 @@ def check_stage_layout(plan, model):
     return plan
 
 
+def check_batch_split(plan, training, num_gpus: int):
+    """The global batch against the plan's data-parallel degree, before costing: a batch that no
+    mbs splits over dp names the batch option the user gave (--global-batch-tokens, --global-batch,
+    or the model's default), not plan.mbs, which the cost rule would blame whatever the user wrote."""
+    try:
+        dp = plan.data_parallel(num_gpus)
+    except InputError:
+        return plan  # the cost rules report the GPU product
+    gbs, seq = training.global_batch_size, training.seq_len
+    if gbs % dp == 0:
+        return plan  # a remainder left by mbs is plan.mbs's (autopar.cost.rules)
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    if params.get("global_batch_tokens") is not None:
+        option, value, unit = "global-batch-tokens", params["global_batch_tokens"], f"a multiple of {dp * plan.mbs * seq:,} tokens"
+    elif params.get("global_batch") is not None:
+        option, value, unit = "global-batch", params["global_batch"], f"a multiple of {dp * plan.mbs} sequences"
+    else:
+        option, value, unit = "global-batch", gbs, f"the default for {seq:,}-token sequences; give a multiple of {dp * plan.mbs} sequences"
+    raise InputError(option, value, f"{gbs} sequence{'s' if gbs != 1 else ''} of seq-len={seq} per step must divide by "
+                     f"dp({dp}) * mbs({plan.mbs}): each data-parallel rank takes whole micro-batches ({unit})")
+
+
 def note(text: str) -> None:
     """Remember a note for stderr; flush_notes() prints the notes once the command has
     succeeded, so that a failure stays the one `Error:` line."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import (check_stage_layout, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
+from autopar.cli.common import (check_batch_split, check_stage_layout, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
                                 training_options)
 
 
@@ -28,7 +28,7 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing,
                                 fp8_param_gather=fp8_param_gather)
-    plan = check_stage_layout(parse_plan(plan_text), model)
+    plan = check_batch_split(check_stage_layout(parse_plan(plan_text), model), training, cluster.num_gpus)
     result = allow_tp_span(cost_estimate(model, cluster, training, plan, params_for_cluster(cluster)), plan, cluster, allow_tp_across_nodes)
     flush_notes()
     if as_json:

@@ -105,3 +105,19 @@ def test_expert_tensor_parallelism_on_a_dense_model_names_etp():
     r = run(base + ["--plan", "tp=2,etp=1"])
     assert r.exit_code == 1 and r.output.strip() == "Error: plan.etp=1: expert tensor parallelism needs a MoE model (llama3-8b has no experts)"
     assert run(base + ["--plan", "tp=2,etp=2"]).exit_code == 0
+
+
+@pytest.mark.parametrize("batch, line", [
+    # review item 6a: "plan.mbs=1: global_batch_size=1 must divide by dp(8) * mbs(1)" blamed mbs, left at its
+    # default; 8192 tokens at seq-len 8192 is one sequence, which 8 data-parallel ranks cannot share
+    (["--global-batch-tokens", "8192"], "Error: global-batch-tokens='8192': 1 sequence of seq-len=8192 per step must divide by "
+                                        "dp(8) * mbs(1): each data-parallel rank takes whole micro-batches (a multiple of 65,536 tokens)"),
+    (["--global-batch", "12"], "Error: global-batch=12: 12 sequences of seq-len=8192 per step must divide by dp(8) * mbs(1): "
+                               "each data-parallel rank takes whole micro-batches (a multiple of 8 sequences)"),
+])
+def test_a_batch_that_does_not_split_over_dp_names_the_batch_option(batch, line):
+    r = run(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=1", *batch])
+    assert r.exit_code == 1 and r.output.strip() == line, r.output
+    # an mbs the user wrote, which the batch does not take, is still the plan's (autopar.cost.rules)
+    r = run(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=1,mbs=3", "--global-batch", "16"])
+    assert r.exit_code == 1 and r.output.strip() == "Error: plan.mbs=3: global_batch_size=16 must divide by dp(8) * mbs(3)"
