@@ -115,6 +115,19 @@ def batch_grid(cap_tokens: float, seq_len: int, count: int) -> list[int]:
     return [v * seq_len for v in sorted(values, reverse=True)[:count]]
 
 
+def _cap_below_one_sequence(req: PlanRequest, cap: float) -> None:
+    """A critical batch below one sequence, named by the option it came from (critical_batch):
+    --critical-batch-tokens, --gradient-noise, or --tokens through DeepSeek LLM's B_opt(C)."""
+    rule = f"is below one sequence of seq-len={req.seq_len}"
+    if req.critical_batch_tokens is not None:
+        raise InputError("critical-batch-tokens", cap, rule)
+    if req.gradient_noise is not None:
+        raise InputError("gradient-noise", "/".join(f"{v:g}" for v in req.gradient_noise),
+                         f"critical batch B* = tr(Sigma) / |G|^2 = {cap / req.seq_len:.3g} sequences {rule}")
+    raise InputError("tokens", human_count(req.tokens), f"DeepSeek LLM's B_opt = 0.2920 C^0.3271 for C = M x tokens = {cap:,.0f} tokens "
+                     f"{rule}; give --batch-tokens or --critical-batch-tokens")
+
+
 def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precision: Precision, batches: list[int],
                   options: SpaceOptions) -> list[tuple[int, list[tuple[Plan, Estimate]] | str]]:
     """Every batch of one GPU count; the candidate table is enumerated once, at a batch every other
@@ -155,8 +168,13 @@ def run_plan(req: PlanRequest) -> PlanReport:
     if not (req.tokens > 0 and math.isfinite(req.tokens)):
         raise InputError("tokens", req.tokens, "must be a positive, finite number of tokens")
     cap, source = critical_batch(req)
+    if req.tokens < req.seq_len:  # before the cap below, which would blame the critical batch for it
+        raise InputError("tokens", human_count(req.tokens), f"{req.tokens:,.0f} tokens are fewer than one sequence of "
+                         f"seq-len={req.seq_len}: the run holds no optimizer step")
     if cap > req.tokens:  # a batch cannot exceed the run: the whole budget is one step at most
         cap, source = req.tokens, f"{source}, capped at the run's {req.tokens:,.0f} tokens"
+    if not req.batch_tokens and cap < req.seq_len:
+        _cap_below_one_sequence(req, cap)
     batches = sorted(set(req.batch_tokens), reverse=True) if req.batch_tokens else batch_grid(cap, req.seq_len, req.batches_per_count)
     for b in batches:
         if b > req.tokens:

@@ -84,3 +84,18 @@ def test_real_process_bad_yaml_is_one_line(tmp_path):
 def test_no_command_prints_help_and_exits_0():
     res = CliRunner().invoke(main, [])
     assert res.exit_code == 0 and "Commands:" in res.stdout
+
+
+@pytest.mark.parametrize("extra, line", [
+    # review item 6b: "critical-batch-tokens=1000.0: is below one sequence of seq-len=8192" though no
+    # --critical-batch-tokens was given: the 1,000 is --tokens (1K, decimal), which capped the critical batch
+    # (solvers/planner.py run_plan: a batch cannot exceed the run); the run holds no 8192-token sequence
+    (["--tokens", "1K"], "Error: tokens='1K': 1,000 tokens are fewer than one sequence of seq-len=8192: the run holds no optimizer step"),
+    # a bound the user did give is still named as that option
+    (["--tokens", "1T", "--critical-batch-tokens", "4K"], "Error: critical-batch-tokens=4096.0: is below one sequence of seq-len=8192"),
+    (["--tokens", "1T", "--gradient-noise", "1/2"],
+     "Error: gradient-noise='1/2': critical batch B* = tr(Sigma) / |G|^2 = 0.5 sequences is below one sequence of seq-len=8192"),
+])
+def test_plan_names_the_option_a_sub_sequence_batch_bound_came_from(extra, line):
+    assert one_error_line(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-superpod", "--seq-len", "8192", "--gpus", "512",
+                           *extra]) == line
