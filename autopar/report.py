@@ -42,11 +42,10 @@ def human_count(value: float, binary: bool = False, units: tuple[str, ...] = COU
 
 
 def human_tokens(value: float) -> str:
-    """A batch in tokens: in powers of two when that spells it exactly (2**24 is 16M, as
-    --batch-tokens and the plan table read it), else in powers of ten (a cap at a 1e12-token run
-    is 1T, not 931G; 40.5e6 is 40.5M)."""
-    scaled, _ = _scaled(value, 1024.0, COUNT_UNITS, 3)
-    return human_count(value, binary=_rounded(scaled, 3) == abs(scaled))
+    """A batch in tokens, in powers of two as --batch-tokens, --global-batch-tokens and the plan
+    table's legend read them (batch K/M/G = 2^10/2^20/2^30): 2**24 is 16M, DeepSeek's fitted
+    7.68e6-token critical batch 7.32M (not a decimal 7.68M beside binary batches)."""
+    return human_count(value, binary=True)
 
 
 def dollars(usd: float | None, digits: int = 3) -> str:

@@ -130,9 +130,9 @@ def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float, what: str) -> list[st
              f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd is not None else 'GPU-hours'} {money:+.0f}%"]
     per_gpu_a, per_gpu_b = a.global_batch_tokens / a.gpus, b.global_batch_tokens / b.gpus
     need = b.compute_bound_batch_tokens
-    lines.append(f"  batch cap: the critical batch holds the global batch at <= {human_count(cap_tokens)} tokens, so tokens per GPU fall "
+    lines.append(f"  batch cap: the critical batch holds the global batch at <= {human_count(cap_tokens, binary=True)} tokens, so tokens per GPU fall "
                  f"{per_gpu_a:,.0f} -> {per_gpu_b:,.0f}; data parallelism over {b.gpus:,} GPUs is compute-bound only from "
-                 f"{human_count(need)} tokens ({need / b.gpus:,.0f} per GPU, seed 001 B/X > C/W)")
+                 f"{human_count(need, binary=True)} tokens ({need / b.gpus:,.0f} per GPU, seed 001 B/X > C/W)")
     lines.append(f"  bubble: {100 * a.bubble_share:.0f}% -> {100 * b.bubble_share:.0f}% of the step; exposed communication: "
                  f"{100 * a.comm_share:.0f}% -> {100 * b.comm_share:.0f}%; MFU {100 * a.mfu:.0f}% -> {100 * b.mfu:.0f}%")
     lines.append(f"  failures: job MTBF {a.mtbf_hours:.1f} -> {b.mtbf_hours:.1f} h, goodput {100 * a.goodput:.1f}% -> {100 * b.goodput:.1f}% "

@@ -134,7 +134,8 @@ def table(report: PlanReport) -> str:
 def summary(report: PlanReport) -> list[str]:
     from autopar.report import dollars, human_count, human_tokens
 
-    lines = [f"critical batch: {human_tokens(report.critical_batch_tokens)} tokens ({report.critical_batch_source})"]
+    cap = report.critical_batch_tokens
+    lines = [f"critical batch: {human_tokens(cap)} tokens = {cap:,.0f} ({report.critical_batch_source})"]
     if report.learning_rate_rule:
         lines.append(f"learning rate: {report.learning_rate_rule}")
     if report.chosen is None:

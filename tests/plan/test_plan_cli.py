@@ -273,7 +273,8 @@ def test_a_batch_near_the_whole_run_prints_in_its_unit():
              "--critical-batch-tokens", "2T", "--batches", "1", "--checkpoint-write-seconds", "60"])
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[2].split()[2] == "768G"
-    assert "critical batch: 1T tokens (" in r.stdout
+    # the cap is the run's 1e12 tokens: 931G by the table's legend (G = 2^30), with the exact count beside it
+    assert "critical batch: 931G tokens = 1,000,000,000,000 (" in r.stdout
 
 
 @pytest.mark.parametrize("value, binary, text", [
@@ -287,14 +288,29 @@ def test_human_count(value, binary, text):
 
 
 def test_batch_tokens_print_in_the_unit_that_spells_them():
-    """review: --critical-batch-tokens 16M (read as 2**24, like --batch-tokens) printed as 16.8M."""
+    """review: --critical-batch-tokens 16M (read as 2**24, like --batch-tokens) printed as 16.8M; then
+    (review item 7) a non-power-of-two cap printed in decimal beside the binary batch column, so the
+    batch tokens of a plan report are all binary (the legend: batch K/M/G = 2^10/2^20/2^30 tokens)."""
     from autopar.report import human_tokens
 
-    assert [human_tokens(v) for v in (2**24, 3 * 2**20, 1e12, 40.5e6)] == ["16M", "3M", "1T", "40.5M"]
+    # 1e12 / 2**30 = 931.3; 40.5e6 / 2**20 = 38.62
+    assert [human_tokens(v) for v in (2**24, 3 * 2**20, 1e12, 40.5e6)] == ["16M", "3M", "931G", "38.6M"]
     r = run(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "8192", "--gpus", "64",
              "--critical-batch-tokens", "16M", "--batches", "1"])
     assert r.exit_code == 0, r.output
-    assert "critical batch: 16M tokens (" in r.stdout
+    assert "critical batch: 16M tokens = 16,777,216 (" in r.stdout
+
+
+def test_plan_prints_every_batch_in_the_legends_binary_units():
+    # review item 7: "critical batch: 7.68M tokens" (decimal) under a legend of M = 2^20. DeepSeek LLM's
+    # B_opt = 0.2920 C^0.3271 for llama3-8b at seq 8192 and 1T tokens (C = 4.83e22 FLOPs) is 7,679,908
+    # tokens = 7.32 x 2^20; the batch cap line and the compute-bound batch follow the same units
+    r = run(["--model", "llama3-8b", "--cluster", "dgx-h100-superpod", "--tokens", "1T", "--seq-len", "8192", "--gpus", "256,512"])
+    assert r.exit_code == 0, r.output
+    assert "batch K/M/G = 2^10/2^20/2^30 tokens" in r.stdout
+    assert "critical batch: 7.32M tokens = 7,679,908 (DeepSeek LLM" in r.stdout
+    assert "holds the global batch at <= 7.32M tokens" in r.stdout
+    assert "7.68M" not in r.stdout
 
 
 def test_dollars_and_plural():
