@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 
 
 def _money(p) -> float:
-    return p.cost_usd / 1e6 if p.cost_usd is not None else p.gpu_hours / 1e6
+    return p.cost_usd / 1e6 if p.cost_usd else p.gpu_hours / 1e6  # GPU-hours without a price or at a price of 0
 
 
 def plan_png(report: "PlanReport", deadline_days: float | None = None, budget_usd: float | None = None) -> bytes:
     points = [p for p in report.points if p.wall_days is not None]
-    priced = all(p.cost_usd is not None for p in points)
+    priced = all(p.cost_usd for p in points)
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     counts = sorted({p.gpus for p in points})
     cmap = plt.get_cmap("viridis", max(len(counts), 2))

@@ -20,12 +20,25 @@ class Objective(str, Enum):
 
 
 def check_objective(cluster, objective: Objective) -> None:
-    """The cost objective needs the cluster's price: refused by name when the file gives none."""
+    """The cost objective needs the cluster's price: refused by name when the file gives none, or
+    a price of 0 (check_priced)."""
     if objective == Objective.cost and cluster.price_usd_per_gpu_hour is None:
         from autopar.errors import InputError
 
         raise InputError("objective", objective.value, f"cluster {cluster.name} has no price_usd_per_gpu_hour; "
                          "set it in the cluster file or rank by --objective throughput")
+    if objective == Objective.cost:
+        check_priced(cluster, "--objective cost ranks plans by dollars per million tokens", "--objective throughput")
+
+
+def check_priced(cluster, ranks: str, instead: str) -> None:
+    """A price of 0 per GPU-hour (legal for the other objectives) makes every plan cost $0: a cost
+    ranking would tie them all and fold unrelated plans together as equal-cost variants."""
+    if cluster.price_usd_per_gpu_hour == 0:
+        from autopar.errors import InputError
+
+        raise InputError("cluster.price_usd_per_gpu_hour", 0, f"{ranks}, and at a price of 0 (cluster {cluster.name}) every plan "
+                         f"costs $0, so none ranks above another; set the price in the cluster file or rank by {instead}")
 
 
 def step_cost_usd(cluster, step_seconds):

@@ -24,8 +24,9 @@ def _priced(points: list[PlanPoint]) -> list[int]:
 
 
 def _money(p: PlanPoint) -> float:
-    """Cost, or GPU-hours when the cluster has no price (the same order at a constant price)."""
-    return p.cost_usd if p.cost_usd is not None else p.gpu_hours
+    """Cost, or GPU-hours when the cluster has no price or a price of 0 (the same order at a
+    constant price; at $0 every point would tie, and the last doubling's change divide by zero)."""
+    return p.cost_usd if p.cost_usd else p.gpu_hours
 
 
 def mark_pareto(points: list[PlanPoint]) -> None:
@@ -127,7 +128,7 @@ def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float, what: str) -> list[st
     ideal = b.gpus / a.gpus
     money = (_money(b) / _money(a) - 1) * 100
     lines = [f"{what}, {a.gpus:,} -> {b.gpus:,} GPUs: {a.wall_days:.1f} -> {b.wall_days:.1f} days ({speedup:.2f}x of an ideal {ideal:.0f}x, "
-             f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd is not None else 'GPU-hours'} {money:+.0f}%"]
+             f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd else 'GPU-hours'} {money:+.0f}%"]
     per_gpu_a, per_gpu_b = a.global_batch_tokens / a.gpus, b.global_batch_tokens / b.gpus
     need = b.compute_bound_batch_tokens
     lines.append(f"  batch cap: the critical batch holds the global batch at <= {human_count(cap_tokens, binary=True)} tokens, so tokens per GPU fall "

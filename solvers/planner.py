@@ -24,7 +24,7 @@ from autopar.specs.hardware import GB, ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import Precision, TrainingSpec
-from solvers.base import Objective
+from solvers.base import Objective, check_priced
 from solvers.plan_choice import Constraints, choose, explain, mark_pareto
 from solvers.plan_points import FleetInputs, PlanPoint, PointContext, price_point
 from solvers.workers import run_in_workers
@@ -167,6 +167,10 @@ def run_plan(req: PlanRequest) -> PlanReport:
     start = time.perf_counter()
     if not (req.tokens > 0 and math.isfinite(req.tokens)):
         raise InputError("tokens", req.tokens, "must be a positive, finite number of tokens")
+    c = req.constraints
+    if (c.objective or ("cost" if c.deadline_days is not None else "time")) == "cost":  # plan_choice.choose's default
+        check_priced(req.cluster, "the cost objective" + ("" if c.objective else " (the default under --deadline)")
+                     + " picks the cheapest point", "--objective time or energy")
     cap, source = critical_batch(req)
     if req.tokens < req.seq_len:  # before the cap below, which would blame the critical batch for it
         raise InputError("tokens", human_count(req.tokens), f"{req.tokens:,.0f} tokens are fewer than one sequence of "

@@ -99,3 +99,23 @@ def test_no_command_prints_help_and_exits_0():
 def test_plan_names_the_option_a_sub_sequence_batch_bound_came_from(extra, line):
     assert one_error_line(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-superpod", "--seq-len", "8192", "--gpus", "512",
                            *extra]) == line
+
+
+def test_plan_cost_objective_at_a_price_of_zero_is_refused_and_time_still_runs(tmp_path):
+    # review item 8, for plan: --objective cost (or the cost default under --deadline) at $0 per GPU-hour
+    # would pick among points that all cost $0; and the time objective crashed (ZeroDivisionError in the
+    # last doubling's cost change, solvers/plan_choice.py _larger): a price of 0 now reads as GPU-hours
+    import re
+    text = re.sub(r"(?m)^price_usd_per_gpu_hour:.*$", "price_usd_per_gpu_hour: 0", (ROOT / "profiles/clusters/dgx-h100.yaml").read_text())
+    free = tmp_path / "free.yaml"
+    free.write_text(text)
+    base = ["plan", "--model", "llama3-8b", "--cluster", str(free), "--tokens", "1T", "--seq-len", "8192", "--gpus", "8,16"]
+    rule = ("picks the cheapest point, and at a price of 0 (cluster dgx-h100) every plan costs $0, so none ranks above another; "
+            "set the price in the cluster file or rank by --objective time or energy")
+    assert one_error_line(base + ["--objective", "cost"]) == f"Error: cluster.price_usd_per_gpu_hour=0: the cost objective {rule}"
+    assert one_error_line(base + ["--deadline", "900d"]) == \
+        f"Error: cluster.price_usd_per_gpu_hour=0: the cost objective (the default under --deadline) {rule}"
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0, r.output
+    # 8 -> 16 GPUs: the change is in GPU-hours, as without a price
+    assert re.search(r"the last doubling, 8 -> 16 GPUs: .* GPU-hours [+-]\d+%", r.stdout), r.stdout

@@ -515,3 +515,27 @@ def test_search_for_megatron_ranks_only_the_cp_types_transformer_engine_runs_wit
     assert len(plans) == 5 and all(p.cp == 1 or p.cp_algo == CpAlgo.ulysses for p in plans), [p.text() for p in plans]
     assert any(p.cp > 1 for p in plans)  # CP is still offered, on the a2a type
     assert "--cp-comm-type p2p" not in (launch / "launch_megatron.sh").read_text()
+
+
+def _free_cluster(tmp_path) -> str:
+    """dgx-h100 with price_usd_per_gpu_hour: 0 (the schema's ge=0 allows it)."""
+    import re
+    text = (ROOT / "profiles/clusters/dgx-h100.yaml").read_text()
+    text, n = re.subn(r"(?m)^price_usd_per_gpu_hour:.*$", "price_usd_per_gpu_hour: 0", text)
+    assert n == 1
+    path = tmp_path / "free.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_cost_objective_at_a_price_of_zero_is_refused_by_name(tmp_path):
+    # review item 8: at $0 per GPU-hour every plan cost $0, so --objective cost ranked a 13.2 s plan first
+    # (the throughput best is 8.0 s) and folded 17.8 s plans together as equal-cost variants
+    free = _free_cluster(tmp_path)
+    base = ["--model", "llama3-8b", "--cluster", free, "--gpus", "16", "--seq-len", "2048", "--global-batch", "64", "--no-per-stage"]
+    r = run(base + ["--objective", "cost"])
+    assert r.exit_code == 1 and r.output.strip() == (
+        "Error: cluster.price_usd_per_gpu_hour=0: --objective cost ranks plans by dollars per million tokens, and at a price of 0 "
+        "(cluster dgx-h100) every plan costs $0, so none ranks above another; set the price in the cluster file or rank by "
+        "--objective throughput")
+    assert run(base + ["--top", "1"]).exit_code == 0  # a free cluster is still legal for the throughput objective
