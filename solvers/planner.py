@@ -29,6 +29,7 @@ from solvers.plan_choice import Constraints, choose, explain, mark_pareto
 from solvers.plan_points import FleetInputs, PlanPoint, PointContext, price_point
 from solvers.workers import run_in_workers
 from solvers.search import NoFeasiblePlan, SearchRequest, run_search
+from solvers.stage_search import search_defaults
 
 TOP_K = 20  # layouts kept per point: the first that also runs every ramp-up batch is priced
 # The grid pins two placement details to Megatron-LM's defaults: they multiply the space (the
@@ -140,9 +141,15 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
     for batch in batches:
         training = TrainingSpec(seq_len=seq_len, global_batch_size=batch // seq_len, precision=precision)
         # exhaustive, the oracle: on these spaces it is also the faster solver (DeepSeek-V3 on 2,048
-        # H800, 1.7M plans: 37 s against 355 s for CP-SAT on this machine)
+        # H800, 1.7M plans: 37 s against 355 s for CP-SAT on this machine). The per-stage step of
+        # `autopar search` runs on every point, with search's defaults: without it a point's layout
+        # was a balanced one that search beats (Qwen3-Next 80B on 256 H100 at 4M tokens: 1.81 s
+        # per step against search's 1.618 s, the run's days and dollars 12% high). Every point, not
+        # only each count's chosen one: the choice between counts and batches compares the refined
+        # step times, and each point's row is what search says there. Its cost is bounded: at most
+        # DEFAULT_SECONDS per point (0.4-2.5 s measured, against 0.6-40 s for the ranking itself).
         request = SearchRequest(model, cluster, training, Objective.throughput, TOP_K, "exhaustive", options, params,
-                                candidates=candidates)
+                                per_stage=search_defaults(options.fixed), candidates=candidates)
         try:
             ranked = run_search(request).results.plans
             out.append((batch, [(rp.plan, rp.estimate) for rp in ranked]))

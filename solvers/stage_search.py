@@ -6,6 +6,7 @@ and recompute counts) get their layers and recompute per stage solved exactly
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,9 @@ from autopar.specs.results import PerStageInfo, RankedPlan, StageSolve
 from solvers.base import Ranking
 from solvers.stages import StageSolution, bounds, core_of, solve_core
 
+# `autopar search`'s defaults (--per-stage-cores, --per-stage-seconds: autopar/cli/search.py spells
+# them for a lazy --help, tests/cli/test_lazy.py checks they agree); plan and sweep rank with them
+# too (search_defaults), so the three agree on a case's best plan
 DEFAULT_CORES = 8
 DEFAULT_SECONDS = 5.0
 WALK_ROWS = 100_000  # ranked rows (per group) looked at for distinct cores
@@ -34,6 +38,13 @@ class PerStageOptions:
     max_cores: int = DEFAULT_CORES  # distinct cores (pp > 1), best first
     seconds: float = DEFAULT_SECONDS  # budget for tables and solves together; later cores are skipped
     pinned_recompute: bool = False  # the user fixed the recompute mode: keep it on every stage
+
+
+def search_defaults(fixed: Mapping[str, object]) -> PerStageOptions:
+    """The per-stage step `autopar search` runs by default for a space with these fixed
+    dimensions (--fix): DEFAULT_CORES cores within DEFAULT_SECONDS, a fixed recompute mode kept
+    on every stage."""
+    return PerStageOptions(DEFAULT_CORES, DEFAULT_SECONDS, "recompute" in fixed)
 
 
 def candidate_rows(batch: Batch, ranking: Ranking, max_cores: int, pinned_recompute: bool) -> list[int]:

@@ -387,3 +387,19 @@ def test_a_budget_reads_back_as_dollars_writes_it():
     from autopar.report import dollars
 
     assert dollars(5e6) == "$5M" and parse_amount(dollars(5e6), "budget", money=True) == 5e6
+
+
+def test_plan_picks_the_layout_search_picks():
+    """plan is the search per point, its per-stage step included (search's defaults): LLaMA-3 8B
+    on 8 H100 at 256 x 4,096 tokens. The balanced ranking's best is tp=1,pp=1,dp=8,...,zero=2 at
+    10.5996 s, which plan reported; search's per-stage step finds pp=2,vpp=16 with 17/15 layers
+    at 10.5967 s."""
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+                                  "--global-batch", "256", "--top", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["plans"][0]["estimate"]
+    point = run_json(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "4096", "--gpus", "8",
+                      "--batch-tokens", "1M", "--full-space"])["points"][0]
+    assert "pp=2" in best["plan"] and "layout=" in best["plan"]
+    assert (point["plan"], point["step_seconds"]) == (best["plan"], best["step_seconds"])
+    assert point["step_seconds"] == pytest.approx(10.5967, abs=5e-5)
