@@ -25,6 +25,7 @@ from autopar.specs._files import read_data, read_mapping
 from autopar.specs.costparams import CostParams, load_cost_params, params_for_cluster
 from solvers.base import Objective
 from solvers.search import SearchRequest, run_search
+from solvers.stage_search import search_defaults
 from solvers.workers import run_in_workers
 
 CASES_FILE = "cases.jsonl"
@@ -54,6 +55,8 @@ class SweepSpec(StrictModel):
     top_k: int = Field(5, gt=0, le=MAX_TOP_K, description="Plans ranked per case")
     threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
     extrapolate_fabric: bool = Field(False, description="Allow GPU counts beyond the cluster file's fabric (its top tier repeats)")
+    per_stage: bool = Field(True, description="Per-stage layers and recompute of the top cores, as `autopar search` solves them by "
+                            "default (its --per-stage-cores and --per-stage-seconds); false ranks balanced plans only, faster")
 
     @field_validator("models", "clusters", "gpus", "seq_lens", "global_batches")
     @classmethod
@@ -155,7 +158,11 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
         training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision,
                                 stack=spec.stack)
         params = apply_overrides(params_for_cluster(cluster), overrides)
-        request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=dict(spec.fixed)), params)
+        fixed = dict(spec.fixed)
+        # search's per-stage step with search's defaults: a case's best plan is the one `autopar search` gives
+        stages = search_defaults(fixed) if spec.per_stage else None
+        request = SearchRequest(model, cluster, training, spec.objective, spec.top_k, spec.solver, SpaceOptions(fixed=fixed), params,
+                                per_stage=stages)
         output = run_search(request)
     except AutoparError as exc:
         record.update(status="no_plan" if type(exc).__name__ == "NoFeasiblePlan" or isinstance(exc, NoCandidate) else "error", message=str(exc))
@@ -241,13 +248,14 @@ def check_same_sweep(out: Path, spec: SweepSpec, overrides: dict[str, Any], fres
         theirs = json.loads(path.read_text())
     except (OSError, ValueError):
         theirs = None
-    if isinstance(theirs, dict):  # folders written before the overrides were recorded ran without any
-        theirs = {"cost_overrides": {}, **{k: v for k, v in theirs.items() if k not in RESULT_NEUTRAL}}
+    if isinstance(theirs, dict):  # folders written before the overrides, or per_stage, were recorded ran without them
+        theirs = {"cost_overrides": {}, "per_stage": False, **{k: v for k, v in theirs.items() if k not in RESULT_NEUTRAL}}
     if theirs != mine:
         keys = sorted(k for k in mine if not isinstance(theirs, dict) or theirs.get(k) != mine.get(k))
+        hint = "; its cases ran without the per-stage step: per_stage: false resumes it" if keys == ["per_stage"] and not theirs["per_stage"] else ""
         keys = ["--cost-override" if k == "cost_overrides" else k for k in keys]
         raise InputError("resume", str(out), f"the folder holds a different sweep (differs in {', '.join(keys) or 'format'}; "
-                         f"see {SPEC_FILE}); resume it with its own sweep file and --cost-override or choose another --out")
+                         f"see {SPEC_FILE}){hint}; resume it with its own sweep file and --cost-override or choose another --out")
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bool = False,

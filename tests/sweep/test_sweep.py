@@ -360,3 +360,44 @@ def test_a_case_no_plan_fits_is_still_no_plan(tmp_path):
     assert res.exit_code == 0, res.output
     [record] = [json.loads(line) for line in (tmp_path / "out" / CASES_FILE).read_text().splitlines()]
     assert record["status"] == "no_plan" and record["message"].startswith("no plan fits: smallest memory need is 416.2 GB per GPU")
+
+
+def test_a_case_s_best_plan_is_search_s(tmp_path):
+    """A sweep is a grid of searches, the per-stage step included (search's defaults): LLaMA-3 8B
+    on 8 H100 at 256 x 4,096 tokens. Without it the sweep picked tp=1,pp=1,dp=8,...,zero=2 at
+    10.5996 s; search picks pp=2,vpp=16 with 17/15 layers at 10.5967 s. per_stage: false is the
+    balanced ranking alone."""
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+                                  "--global-batch", "256", "--top", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["plans"][0]["estimate"]
+    one = dict(models=["llama3-8b"], gpus=[8], seq_lens=[4096], global_batches=[256], top_k=5)
+
+    def record(out: Path, **changes) -> dict:
+        res = _run(str(_sweep_file(tmp_path, **one, **changes)), "--out", str(out), "--no-plots")
+        assert res.exit_code == 0, res.output
+        [line] = (out / CASES_FILE).read_text().splitlines()
+        return json.loads(line)
+
+    on = record(tmp_path / "default")
+    assert "pp=2" in best["plan"] and "layout=" in best["plan"]
+    assert (on["best_plan"], on["step_seconds"]) == (best["plan"], best["step_seconds"])
+    assert on["step_seconds"] == pytest.approx(10.5967, abs=5e-5)
+    off = record(tmp_path / "off", per_stage=False)
+    assert off["best_plan"].startswith("tp=1,pp=1,dp=8,") and off["step_seconds"] == pytest.approx(10.5996, abs=5e-5)
+
+
+def test_a_folder_from_before_per_stage_resumes_with_per_stage_false(full, tmp_path):
+    # its sweep.json has no per_stage: its cases ran without the per-stage step, so the default
+    # (per_stage: true) would mix two rankings in one summary and is refused, naming the way out
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CASES_FILE).write_text("".join((full / CASES_FILE).read_text().splitlines(keepends=True)[:3]))
+    recorded = json.loads((full / "sweep.json").read_text())
+    (out / "sweep.json").write_text(json.dumps({k: v for k, v in recorded.items() if k != "per_stage"}))
+    res = _run(str(_sweep_file(tmp_path)), "--out", str(out), "--resume", "--no-plots")
+    assert res.exit_code == 1
+    assert "differs in per_stage; see sweep.json); its cases ran without the per-stage step: per_stage: false resumes it" in res.output
+    res = _run(str(_sweep_file(tmp_path, per_stage=False)), "--out", str(out), "--resume", "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert len((out / CASES_FILE).read_text().splitlines()) == 8
