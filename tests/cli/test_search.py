@@ -419,48 +419,33 @@ def test_a_model_the_framework_cannot_build_is_refused_before_the_search(monkeyp
         assert "mixtral-8x7b: its architecture is none of " in r.output
 
 
-def test_a_model_deepspeed_cannot_build_is_refused_before_the_search(monkeypatch):
+@pytest.mark.parametrize("framework, model, seq_len, plan, rule", [
     # `search --emit deepspeed` on gpt-oss-20b ranked 20,000 plans (19 s), then refused the best one as
     # plan=...; `emit --format deepspeed` refuses it as model=NAME, in the same words as here
+    ("deepspeed", "gpt-oss-20b", 4096, "tp=1,zero=1", "[a transformers model of the model's network] gpt-oss-20b: attention "
+                                                     "sinks and a clamped GLU (gpt-oss): autopar writes no transformers gpt-oss config"),
+    ("deepspeed", "nemotron-h-8b", 4096, "tp=1,zero=1", "[decoder layers of attention plus MLP] nemotron-h-8b is a hybrid model"),
+    # `search --framework megatron` on gpt-oss-20b likewise: sinks and the clamped GLU have no
+    # pretrain_gpt.py flag whatever the plan; Llama-4's chunked attention neither (Megatron-Core has none)
+    ("megatron", "gpt-oss-20b", 8192, "tp=1,ep=8,zero=1", "[the model's softmax and GLU have pretrain_gpt.py flags] gpt-oss-20b "
+                                                         "has attention sinks and a clamped GLU (gpt-oss)"),
+    ("megatron", "llama4-scout", 8192, "tp=1,ep=8,zero=1", "[local attention is a sliding window (--window-size)] llama4-scout "
+                                                          "attends within 8192-token chunks"),
+])
+def test_a_model_the_launcher_cannot_build_is_refused_before_the_search(monkeypatch, framework, model, seq_len, plan, rule):
     import solvers
 
     def no_search(*_args, **_kwargs):
         raise AssertionError("the search ran")
 
     monkeypatch.setattr(solvers, "run_search", no_search)
-    base = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64"]
-    for model, rule in (("gpt-oss-20b", "[a transformers model of the model's network] gpt-oss-20b: attention sinks and a clamped "
-                                        "GLU (gpt-oss): autopar writes no transformers gpt-oss config"),
-                        ("nemotron-h-8b", "[decoder layers of attention plus MLP] nemotron-h-8b is a hybrid model")):
-        for option in (["--framework", "deepspeed"], ["--emit", "deepspeed"]):
-            r = run(["--model", model, *base, *option])
-            assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
-            assert r.output.startswith(f"Error: model='{model}': deepspeed refuses it: {rule}"), r.output
-        emitted = CliRunner().invoke(main, ["emit", "--format", "deepspeed", "--model", model, *base, "--plan", "tp=1,zero=1"])
-        assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': deepspeed refuses it: {rule}")
-
-
-def test_a_model_megatron_cannot_build_is_refused_before_the_search(monkeypatch):
-    # `search --framework megatron` on gpt-oss-20b ranked its plans, then refused the best one as
-    # plan=...: sinks and the clamped GLU have no pretrain_gpt.py flag whatever the plan; emit refuses
-    # it as model=NAME in the same words. Llama-4's chunked attention likewise (Megatron-Core has none)
-    import solvers
-
-    def no_search(*_args, **_kwargs):
-        raise AssertionError("the search ran")
-
-    monkeypatch.setattr(solvers, "run_search", no_search)
-    base = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "8192", "--global-batch", "64"]
-    for model, rule in (("gpt-oss-20b", "[the model's softmax and GLU have pretrain_gpt.py flags] gpt-oss-20b has attention "
-                                        "sinks and a clamped GLU (gpt-oss)"),
-                        ("llama4-scout", "[local attention is a sliding window (--window-size)] llama4-scout attends within "
-                                         "8192-token chunks")):
-        for option in (["--framework", "megatron"], ["--emit", "megatron"]):
-            r = run(["--model", model, *base, *option])
-            assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
-            assert r.output.startswith(f"Error: model='{model}': megatron refuses it: {rule}"), r.output
-        emitted = CliRunner().invoke(main, ["emit", "--format", "megatron", "--model", model, *base, "--plan", "tp=1,ep=8,zero=1"])
-        assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': megatron refuses it: {rule}"), emitted.output
+    base = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", str(seq_len), "--global-batch", "64"]
+    for option in (["--framework", framework], ["--emit", framework]):
+        r = run(["--model", model, *base, *option])
+        assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
+        assert r.output.startswith(f"Error: model='{model}': {framework} refuses it: {rule}"), r.output
+    emitted = CliRunner().invoke(main, ["emit", "--format", framework, "--model", model, *base, "--plan", plan])
+    assert emitted.exit_code == 1 and emitted.output.startswith(f"Error: model='{model}': {framework} refuses it: {rule}"), emitted.output
 
 
 def test_a_hf_config_of_a_preset_gets_its_torchtitan_launcher(tmp_path):
