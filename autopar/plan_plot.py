@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 
 def _money(p) -> float:
-    return p.cost_usd / 1e6 if p.cost_usd else p.gpu_hours / 1e6  # GPU-hours without a price or at a price of 0
+    """solvers.plan_choice's money (cost, or GPU-hours without a price or at a price of 0), in millions."""
+    from solvers.plan_choice import money
+    return money(p) / 1e6
 
 
 def plan_png(report: "PlanReport", deadline_days: float | None = None, budget_usd: float | None = None) -> bytes:

@@ -23,7 +23,7 @@ def _priced(points: list[PlanPoint]) -> list[int]:
     return [i for i, p in enumerate(points) if p.wall_days is not None]
 
 
-def _money(p: PlanPoint) -> float:
+def money(p: PlanPoint) -> float:
     """Cost, or GPU-hours when the cluster has no price or a price of 0 (the same order at a
     constant price; at $0 every point would tie, and the last doubling's change divide by zero)."""
     return p.cost_usd if p.cost_usd else p.gpu_hours
@@ -35,14 +35,14 @@ def mark_pareto(points: list[PlanPoint]) -> None:
     for i in ok:
         a = points[i]
         a.pareto = not any(
-            points[j].wall_days <= a.wall_days and _money(points[j]) <= _money(a)
-            and (points[j].wall_days < a.wall_days or _money(points[j]) < _money(a))
+            points[j].wall_days <= a.wall_days and money(points[j]) <= money(a)
+            and (points[j].wall_days < a.wall_days or money(points[j]) < money(a))
             for j in ok if j != i
         )
 
 
 def _objective(p: PlanPoint, objective: str) -> tuple[float, float]:
-    key = {"time": p.wall_days, "cost": _money(p), "energy": p.energy_mwh if p.energy_mwh is not None else float("inf")}[objective]
+    key = {"time": p.wall_days, "cost": money(p), "energy": p.energy_mwh if p.energy_mwh is not None else float("inf")}[objective]
     return key, p.wall_days
 
 
@@ -126,9 +126,9 @@ def _beyond(p: PlanPoint) -> str:
 def _larger(a: PlanPoint, b: PlanPoint, cap_tokens: float, what: str) -> list[str]:
     speedup = a.wall_days / b.wall_days
     ideal = b.gpus / a.gpus
-    money = (_money(b) / _money(a) - 1) * 100
+    change = (money(b) / money(a) - 1) * 100
     lines = [f"{what}, {a.gpus:,} -> {b.gpus:,} GPUs: {a.wall_days:.1f} -> {b.wall_days:.1f} days ({speedup:.2f}x of an ideal {ideal:.0f}x, "
-             f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd else 'GPU-hours'} {money:+.0f}%"]
+             f"scaling efficiency {100 * speedup / ideal:.0f}%), {'cost' if b.cost_usd else 'GPU-hours'} {change:+.0f}%"]
     per_gpu_a, per_gpu_b = a.global_batch_tokens / a.gpus, b.global_batch_tokens / b.gpus
     need = b.compute_bound_batch_tokens
     lines.append(f"  batch cap: the critical batch holds the global batch at <= {human_count(cap_tokens, binary=True)} tokens, so tokens per GPU fall "

@@ -285,6 +285,14 @@ def check_batch_split(plan, training, num_gpus: int):
                      f"dp({dp}) * mbs({plan.mbs}): each data-parallel rank takes whole micro-batches ({unit})")
 
 
+def checked_plan(text: str, model, training, num_gpus: int):
+    """A plan the user wrote (--plan, --reference), parsed and checked before costing so its
+    errors name the option written: the stage layout, a dense model's etp, the batch split."""
+    from autopar.specs.plan import parse_plan
+
+    return check_batch_split(check_stage_layout(parse_plan(text), model), training, num_gpus)
+
+
 def note(text: str) -> None:
     """Remember a note for stderr; flush_notes() prints the notes once the command has
     succeeded, so that a failure stays the one `Error:` line."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import FRAMEWORKS, PRECISIONS, check_batch_split, check_stage_layout, flush_notes, resolve_inputs, resolve_training
+from autopar.cli.common import FRAMEWORKS, PRECISIONS, checked_plan, flush_notes, resolve_inputs, resolve_training
 from autopar.errors import InputError, Missing
 
 
@@ -15,7 +15,6 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
     from autopar import __version__
     from autopar.cost import estimate as cost_estimate  # only this path needs the cost model
     from autopar.emit.common import EmitJob
-    from autopar.specs import parse_plan
 
     missing = [name for name, value in (("--model", model_name), ("--cluster", cluster_name), ("--plan", plan_text)) if value is None]
     if len(missing) == 3:
@@ -30,7 +29,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
         # the gradient buffer follows from the stack (cost.step.gradient_bytes_per_param: Megatron holds
         # it in the reduction dtype; FSDP2's fp32 gradient shard is inside the 16-byte convention)
         training = training.model_copy(update={"grad_reduce_bytes_per_param": grad_reduce_bytes})
-    plan = check_batch_split(check_stage_layout(parse_plan(plan_text), model), training, cluster.num_gpus)
+    plan = checked_plan(plan_text, model, training, cluster.num_gpus)
     return EmitJob(model, cluster, training, plan, cost_estimate(model, cluster, training, plan), rank=1, version=__version__)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import (check_batch_split, check_stage_layout, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
+from autopar.cli.common import (checked_plan, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
                                 training_options)
 
 
@@ -21,14 +21,13 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
     from autopar.report import estimate_table
-    from autopar.specs import parse_plan
     from autopar.specs.costparams import params_for_cluster
 
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing,
                                 fp8_param_gather=fp8_param_gather)
-    plan = check_batch_split(check_stage_layout(parse_plan(plan_text), model), training, cluster.num_gpus)
+    plan = checked_plan(plan_text, model, training, cluster.num_gpus)
     result = allow_tp_span(cost_estimate(model, cluster, training, plan, params_for_cluster(cluster)), plan, cluster, allow_tp_across_nodes)
     flush_notes()
     if as_json:

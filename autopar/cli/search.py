@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from autopar.cli import main
-from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, check_batch_split, check_stage_layout, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
+from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, checked_plan, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
                                 resolve_training, training_options, write_atomic)
 from autopar.errors import InputError
 from autopar.fix import parse_fix
@@ -194,7 +194,6 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     """
     from autopar.cli.framework import framework_filter, resolve_framework
     from autopar.space import SpaceOptions
-    from autopar.specs import parse_plan
     from autopar.specs.costparams import params_for_cluster
     from solvers import Objective, SearchRequest, run_search
     from solvers.stage_search import PerStageOptions
@@ -217,7 +216,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
         raise InputError("per-stage-cores", per_stage_cores, "must be positive")
     if not 0 < per_stage_seconds < float("inf"):
         raise InputError("per-stage-seconds", per_stage_seconds, "must be positive" if per_stage_seconds <= 0 else "must be a finite number")
-    reference_plans = [check_batch_split(check_stage_layout(parse_plan(text), model), training, cluster.num_gpus) for text in references]  # bad ones fail before the search
+    reference_plans = [checked_plan(text, model, training, cluster.num_gpus) for text in references]  # bad ones fail before the search
     options = SpaceOptions(fixed=parse_fix(fix_text), allow_tp_across_nodes=allow_tp_across_nodes, stage_layouts=stage_layouts)
     stages = PerStageOptions(per_stage_cores, per_stage_seconds, "recompute" in options.fixed) if per_stage else None
     request = SearchRequest(model, cluster, training, Objective(objective), top_k, solver, options, params,

@@ -108,6 +108,11 @@ def version_tuple(version: str) -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
+def nccl_release(params: CostParams) -> tuple[int, int]:
+    """The NCCL release whose choices the model follows: a calibration profile's, else the default's."""
+    return version_tuple(_calibrated(params, "nccl_version", params.comm.nccl.version))
+
+
 def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabric:
     """The physical parameters of one communicator: the cluster's links, the default
     efficiencies, and what a calibration profile fitted in their place."""
@@ -130,7 +135,7 @@ def fabric(cluster: ClusterSpec, group: Group, params: CostParams) -> nccl.Fabri
         net_latency_scale=_calibrated(params, "net_latency_scale", 1.0),
         intra_simple_latency_scale=_calibrated(params, "intra_simple_latency_scale", 1.0),
         net_simple_latency_scale=_calibrated(params, "net_simple_latency_scale", 1.0),
-        nccl_before_2_28=version_tuple(_calibrated(params, "nccl_version", c.nccl.version)) < NVLS_MODEL_CHANGE,
+        nccl_before_2_28=nccl_release(params) < NVLS_MODEL_CHANGE,
         channels=c.nccl.channels,
         nvls_channels=c.nccl.nvls_channels.get(cluster.gpu.architecture, min(c.nccl.nvls_channels.values())),
         ring_half_bytes=_calibrated(params, "ring_half_bandwidth_bytes", c.half_bandwidth_bytes),
@@ -214,9 +219,8 @@ def _p2p_seconds(op: Collective, message_bytes: float, group: Group, cluster: Cl
         # (25-26 GB/s) or 1 with 8 ranks per node (15 GB/s). A cross-node send fills as the all_to_all
         # pairs on that network do (net_p2p_half_bandwidth_bytes: the rings reach 97-98% at 32 MiB)
         prm = params.comm.nccl
-        version = version_tuple(_calibrated(params, "nccl_version", prm.version))
         channels = nccl.net_p2p_channels_per_peer(n, group.per_node, cluster.nic_gb_per_s_per_gpu, cluster.gpu.compute_capability,
-                                                  version, prm)
+                                                  nccl_release(params), prm)
         peak = min(cluster.nic_bytes_per_second_per_gpu * eff, channels * prm.p2p_per_channel_net_gb_per_s * GB)
         net_half = _calibrated(params, "net_p2p_half_bandwidth_bytes", params.comm.net_p2p_half_bandwidth_bytes)
         return alpha + message_bytes / _achieved(peak, 1.0, message_bytes, net_half)
