@@ -63,6 +63,7 @@ class PlanRequest:
     workers: int = 1
     full_space: bool = False  # False: PLACEMENT_PINS unless --fix names them
     extrapolate_fabric: bool = False  # allow counts beyond the cluster file's fabric (its top tier repeated)
+    per_stage: bool = True  # search's per-stage step (its defaults, stage_search.search_defaults) at every point; False: balanced plans only
 
 
 def planning_options(options: SpaceOptions, full_space: bool) -> SpaceOptions:
@@ -130,7 +131,7 @@ def _cap_below_one_sequence(req: PlanRequest, cap: float) -> None:
 
 
 def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precision: Precision, batches: list[int],
-                  options: SpaceOptions) -> list[tuple[int, list[tuple[Plan, Estimate]] | str]]:
+                  options: SpaceOptions, per_stage: bool = True) -> list[tuple[int, list[tuple[Plan, Estimate]] | str]]:
     """Every batch of one GPU count; the candidate table is enumerated once, at a batch every other
     batch divides (lcm), so each search keeps exactly the rows it would have enumerated."""
     params = params_for_cluster(cluster)
@@ -149,8 +150,9 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
         # step times, and each point's row is what search says there. Its cost is bounded: at most
         # DEFAULT_SECONDS per point; measured 0.5-2.3 s (LLaMA-3 8B and 70B, Qwen3-Next 80B on 8 to
         # 1,024 H100), against 0.2-7 s for the ranking, so a small pinned space now plans 3-4x slower.
+        # --no-per-stage turns it off, as it does for search.
         request = SearchRequest(model, cluster, training, Objective.throughput, TOP_K, "exhaustive", options, params,
-                                per_stage=search_defaults(options.fixed), candidates=candidates)
+                                per_stage=search_defaults(options.fixed) if per_stage else None, candidates=candidates)
         try:
             ranked = run_search(request).results.plans
             out.append((batch, [(rp.plan, rp.estimate) for rp in ranked]))
@@ -161,7 +163,7 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
 
 def _search_all(req: PlanRequest, clusters: list[ClusterSpec], batches: list[int]) -> list[list]:
     options = planning_options(req.options, req.full_space)
-    args = [(req.model, c, req.seq_len, req.precision, batches, options) for c in clusters]
+    args = [(req.model, c, req.seq_len, req.precision, batches, options, req.per_stage) for c in clusters]
     if req.workers <= 1 or len(args) <= 1:
         return [_search_count(*a) for a in args]
     # largest counts first: their spaces are the biggest, so the pool ends together
@@ -231,7 +233,7 @@ def _point(req: PlanRequest, cluster: ClusterSpec, batch: int, ranked, fleet: Fl
         point = price_point(ctx, ranked)
         if point.plan is None and fleet.ramp:  # no layout runs every ramp batch: search each one
             ramp = _search_count(req.model, cluster, req.seq_len, req.precision, sorted({b for b, _ in fleet.ramp}),
-                                 planning_options(req.options, req.full_space))
+                                 planning_options(req.options, req.full_space), req.per_stage)
             point = price_point(ctx, ranked, {b: r[0][1] for b, r in ramp if not isinstance(r, str)})
     point.compute_bound_batch_tokens = dp_compute_bound_batch_tokens(
         cluster.gpu.peak_flops_per_second(req.precision.gemm_dtype), scale_out_bytes_per_second(cluster), cluster.num_gpus)

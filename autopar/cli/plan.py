@@ -211,13 +211,15 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--extrapolate-fabric", is_flag=True,
               help="Allow GPU counts beyond the cluster file's fabric, assuming its top tier repeats")
 @click.option("--full-space", is_flag=True, help="Also vary the rank order and the CP algorithm (pinned to Megatron's defaults otherwise)")
+@click.option("--per-stage/--no-per-stage", default=True, show_default=True,
+              help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes searching GPU counts in parallel")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write plan.json, plan.csv and plan.png here (atomically)")
 def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, gradient_noise,
          ramp, deadline,
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
-         extrapolate_fabric, workers, as_json, out_dir):
+         extrapolate_fabric, per_stage, workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
     from autopar.report import human_count, plural
     from solvers.planner import run_plan
@@ -246,7 +248,7 @@ def _positive(value: float | None, field: str) -> float | None:
 
 def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens,
                   gradient_noise, ramp, deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
-                  fix_text, workers, full_space=False, extrapolate_fabric=False, **_unused) -> PlanRequest:
+                  fix_text, workers, full_space=False, extrapolate_fabric=False, per_stage=True, **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
     from autopar.space import SpaceOptions
     from autopar.specs import Precision, load_cluster, load_model
@@ -280,4 +282,5 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         batches_per_count=batches,
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,
-        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space, extrapolate_fabric=extrapolate_fabric)
+        options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space, extrapolate_fabric=extrapolate_fabric,
+        per_stage=per_stage)

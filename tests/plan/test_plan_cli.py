@@ -403,3 +403,18 @@ def test_plan_picks_the_layout_search_picks():
     assert "pp=2" in best["plan"] and "layout=" in best["plan"]
     assert (point["plan"], point["step_seconds"]) == (best["plan"], best["step_seconds"])
     assert point["step_seconds"] == pytest.approx(10.5967, abs=5e-5)
+
+
+def test_no_per_stage_plans_the_balanced_ranking_as_search_does():
+    """--no-per-stage turns the per-stage step off in plan as in search: the same LLaMA-3 8B point
+    on 8 H100 at 256 x 4,096 tokens then takes the balanced ranking's best, tp=1,pp=1,dp=8 at
+    10.5996 s (search --no-per-stage's first plan), not the per-stage pp=2,vpp=16 layout at 10.5967 s."""
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096",
+                                  "--global-batch", "256", "--top", "5", "--no-per-stage", "--json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["plans"][0]["estimate"]
+    point = run_json(["--model", "llama3-8b", "--cluster", "dgx-h100", "--tokens", "1T", "--seq-len", "4096", "--gpus", "8",
+                      "--batch-tokens", "1M", "--full-space", "--no-per-stage"])["points"][0]
+    assert (point["plan"], point["step_seconds"]) == (best["plan"], best["step_seconds"])
+    assert point["plan"].startswith("tp=1,pp=1,dp=8,") and "layout=" not in point["plan"]
+    assert point["step_seconds"] == pytest.approx(10.5996, abs=5e-5)
