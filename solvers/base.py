@@ -20,15 +20,21 @@ class Objective(str, Enum):
 
 
 def check_objective(cluster, objective: Objective) -> None:
-    """The cost objective needs the cluster's price: refused by name when the file gives none, or
-    a price of 0 (check_priced)."""
-    if objective == Objective.cost and cluster.price_usd_per_gpu_hour is None:
+    """The cost objective needs the cluster's price (check_cost_objective)."""
+    if objective == Objective.cost:
+        check_cost_objective(cluster, "--objective cost ranks plans by dollars per million tokens", "--objective throughput")
+
+
+def check_cost_objective(cluster, ranks: str, instead: str) -> None:
+    """An objective of cost the user asked for (search's, plan's, a sweep case's) needs the
+    cluster's price: refused as objective=cost when the file gives none, and at a price of 0
+    (check_priced). `instead` names the objectives that need no price."""
+    if cluster.price_usd_per_gpu_hour is None:
         from autopar.errors import InputError
 
-        raise InputError("objective", objective.value, f"cluster {cluster.name} has no price_usd_per_gpu_hour; "
-                         "set it in the cluster file or rank by --objective throughput")
-    if objective == Objective.cost:
-        check_priced(cluster, "--objective cost ranks plans by dollars per million tokens", "--objective throughput")
+        raise InputError("objective", "cost", f"cluster {cluster.name} has no price_usd_per_gpu_hour; "
+                         f"set it in the cluster file or rank by {instead}")
+    check_priced(cluster, ranks, instead)
 
 
 def check_priced(cluster, ranks: str, instead: str) -> None:

@@ -142,7 +142,12 @@ def summary(report: PlanReport) -> list[str]:
         lines.append("chosen: none (no point has a plan)")
         return lines + report.explanation
     p = report.points[report.chosen]
-    lines.append(f"chosen ({report.objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
+    # an asked-for cost objective needs a price (planner.run_plan); the default one under --deadline
+    # ranks a cluster without one by GPU-hours (solvers.plan_choice.money), and says so
+    objective = report.objective
+    if objective == "cost" and not p.cost_usd:
+        objective = "cost in GPU-hours: the cluster has no price_usd_per_gpu_hour"
+    lines.append(f"chosen ({objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
                  f"{human_count(p.gpu_hours)} GPU-hours, {dollars(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")
     lines.append(f"  layout {p.plan}")
     train_minutes, every = p.train_days * 1440, p.checkpoint_interval_seconds / 60

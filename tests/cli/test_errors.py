@@ -119,3 +119,23 @@ def test_plan_cost_objective_at_a_price_of_zero_is_refused_and_time_still_runs(t
     assert r.exit_code == 0, r.output
     # 8 -> 16 GPUs: the change is in GPU-hours, as without a price
     assert re.search(r"the last doubling, 8 -> 16 GPUs: .* GPU-hours [+-]\d+%", r.stdout), r.stdout
+
+
+def test_plan_cost_objective_without_a_price_is_refused_before_the_search(monkeypatch):
+    # plan --objective cost on a cluster without price_usd_per_gpu_hour ranked the points by GPU-hours
+    # and said "chosen (cost)"; search --objective cost refuses such a cluster, and now plan does too,
+    # before a search runs (the planner's searches are replaced by a failure to prove it)
+    import solvers.planner
+
+    base = ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100-40gb", "--tokens", "1T", "--seq-len", "8192", "--gpus", "8,16",
+            "--checkpoint-write-seconds", "30"]
+    with monkeypatch.context() as m:
+        m.setattr(solvers.planner, "_search_all", lambda *a: pytest.fail("searched before refusing"))
+        assert one_error_line(base + ["--objective", "cost"]) == (
+            "Error: objective='cost': cluster dgx-a100-40gb has no price_usd_per_gpu_hour; "
+            "set it in the cluster file or rank by --objective time or energy")
+    # the cost objective nobody asked for (the default under --deadline) still ranks by GPU-hours, and
+    # says so: 16 GPUs take fewer GPU-hours than 8 here (MFU 71.6% against 68.8%), so 16 are chosen
+    r = CliRunner().invoke(main, base + ["--deadline", "900d"])
+    assert r.exit_code == 0, r.output
+    assert "chosen (cost in GPU-hours: the cluster has no price_usd_per_gpu_hour): 16 GPUs," in r.stdout, r.stdout
