@@ -19,6 +19,14 @@ class Constraints:
     objective: str | None = None  # None: cost under a deadline, otherwise time
 
 
+def check_budget(cluster, budget_usd: float | None) -> None:
+    """A budget in dollars needs the cluster's price: without one no point has a cost to hold
+    against it (planner.run_plan calls this before any search)."""
+    if budget_usd is not None and cluster.price_usd_per_gpu_hour is None:
+        raise InputError("budget", dollars(budget_usd), f"cluster {cluster.name} has no price_usd_per_gpu_hour, so a budget "
+                         "cannot be checked; set it in the cluster file or drop --budget")
+
+
 def _priced(points: list[PlanPoint]) -> list[int]:
     return [i for i, p in enumerate(points) if p.wall_days is not None]
 
@@ -55,8 +63,6 @@ def choose(points: list[PlanPoint], c: Constraints) -> tuple[int | None, str]:
     ok = _priced(points)
     if not ok:
         return None, objective
-    if c.budget_usd is not None and any(points[i].cost_usd is None for i in ok):
-        raise InputError("budget", c.budget_usd, "the cluster has no price_usd_per_gpu_hour; a budget cannot be checked")
     in_time = [i for i in ok if c.deadline_days is None or points[i].wall_days <= c.deadline_days]
     in_budget = [i for i in ok if c.budget_usd is None or points[i].cost_usd <= c.budget_usd]
     both = [i for i in in_time if i in in_budget]

@@ -25,7 +25,7 @@ from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan
 from autopar.specs.training import Precision, TrainingSpec
 from solvers.base import Objective, check_cost_objective, check_priced
-from solvers.plan_choice import Constraints, choose, explain, mark_pareto
+from solvers.plan_choice import Constraints, check_budget, choose, explain, mark_pareto
 from solvers.plan_points import FleetInputs, PlanPoint, PointContext, price_point
 from solvers.workers import run_in_workers
 from solvers.search import NoFeasiblePlan, SearchRequest, run_search
@@ -178,11 +178,13 @@ def run_plan(req: PlanRequest) -> PlanReport:
     if not (req.tokens > 0 and math.isfinite(req.tokens)):
         raise InputError("tokens", req.tokens, "must be a positive, finite number of tokens")
     c = req.constraints
-    # before any search: --objective cost without a price ranked by GPU-hours unasked (plan_choice.money)
+    # before any search: --objective cost without a price ranked by GPU-hours unasked (plan_choice.money),
+    # and --budget without a price was refused only after every count had been searched
     if c.objective == "cost":
         check_cost_objective(req.cluster, "the cost objective picks the cheapest point", "--objective time or energy")
     elif c.objective is None and c.deadline_days is not None:  # plan_choice.choose's default: cost, in GPU-hours without a price
         check_priced(req.cluster, "the cost objective (the default under --deadline) picks the cheapest point", "--objective time or energy")
+    check_budget(req.cluster, c.budget_usd)
     cap, source = critical_batch(req)
     if req.tokens < req.seq_len:  # before the cap below, which would blame the critical batch for it
         raise InputError("tokens", human_count(req.tokens), f"{req.tokens:,.0f} tokens are fewer than one sequence of "

@@ -139,3 +139,18 @@ def test_plan_cost_objective_without_a_price_is_refused_before_the_search(monkey
     r = CliRunner().invoke(main, base + ["--deadline", "900d"])
     assert r.exit_code == 0, r.output
     assert "chosen (cost in GPU-hours: the cluster has no price_usd_per_gpu_hour): 16 GPUs," in r.stdout, r.stdout
+
+
+def test_plan_budget_without_a_price_is_refused_before_the_search(monkeypatch):
+    # --budget on a cluster without price_usd_per_gpu_hour was refused by plan_choice.choose, after
+    # every GPU count had been searched (seconds to minutes of work for nothing); now run_plan refuses
+    # it first (the planner's searches are replaced by a failure to prove it), naming the budget as
+    # --budget reads it back
+    import solvers.planner
+
+    monkeypatch.setattr(solvers.planner, "_search_all", lambda *a: pytest.fail("searched before refusing"))
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100-40gb", "--tokens", "1T", "--seq-len", "8192", "--gpus", "8,16",
+            "--checkpoint-write-seconds", "30", "--budget", "$5M"]
+    assert one_error_line(args) == (
+        "Error: budget='$5M': cluster dgx-a100-40gb has no price_usd_per_gpu_hour, so a budget cannot be checked; "
+        "set it in the cluster file or drop --budget")
