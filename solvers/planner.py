@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,6 +83,10 @@ class PlanReport(BaseModel):
     critical_batch_tokens: float = Field(description="Upper bound on the global batch, tokens")
     critical_batch_source: str = Field(description="Where the bound comes from")
     objective: str = Field(description="What the chosen point minimises: time, cost or energy")
+    cost_unit: Literal["usd", "gpu_hours"] | None = Field(None, description=(
+        "What the cost objective ranked the points by: usd (cost_usd), or gpu_hours when the cluster has no "
+        "price_usd_per_gpu_hour (only the default objective under --deadline runs so; --objective cost and "
+        "--budget refuse it); null when the objective is time or energy"))
     tokens: float = Field(description="Training tokens")
     learning_rate_rule: str | None = Field(None, description="Which LR scaling rule the points' learning_rate follows")
     explanation: list[str] = Field(default_factory=list, description="Why a larger cluster would not help, in numbers")
@@ -220,8 +225,10 @@ def run_plan(req: PlanRequest) -> PlanReport:
     rule = _learning_rates(req, points, cap)
     mark_pareto(points)
     chosen, objective = choose(points, req.constraints)
+    # plan_choice.money: GPU-hours where a point has no cost (no price; a price of 0 is refused above)
+    cost_unit = ("usd" if req.cluster.price_usd_per_gpu_hour else "gpu_hours") if objective == "cost" else None
     report = PlanReport(points=points, chosen=chosen, critical_batch_tokens=cap, critical_batch_source=source, objective=objective,
-                        tokens=req.tokens, learning_rate_rule=rule)
+                        cost_unit=cost_unit, tokens=req.tokens, learning_rate_rule=rule)
     report.explanation = explain(points, chosen, cap)
     report.seconds = time.perf_counter() - start
     return report

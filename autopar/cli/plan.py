@@ -143,9 +143,9 @@ def summary(report: PlanReport) -> list[str]:
         return lines + report.explanation
     p = report.points[report.chosen]
     # an asked-for cost objective needs a price (planner.run_plan); the default one under --deadline
-    # ranks a cluster without one by GPU-hours (solvers.plan_choice.money), and says so
+    # ranks a cluster without one by GPU-hours (solvers.plan_choice.money), and says so (cost_unit in --json)
     objective = report.objective
-    if objective == "cost" and not p.cost_usd:
+    if report.cost_unit == "gpu_hours":
         objective = "cost in GPU-hours: the cluster has no price_usd_per_gpu_hour"
     lines.append(f"chosen ({objective}): {p.gpus:,} GPUs, batch {p.global_batch_tokens:,} tokens, {p.wall_days:.1f} days, "
                  f"{human_count(p.gpu_hours)} GPU-hours, {dollars(p.cost_usd)}, {_cell(p.energy_mwh, ',.0f', 0)} MWh")

@@ -95,6 +95,8 @@ def test_json_contract_and_files(tmp_path):
     assert len(report["points"]) == 3 * 2
     assert isinstance(report["chosen"], int) and report["points"][report["chosen"]]["wall_days"] <= 200
     assert any(p["pareto"] for p in report["points"])
+    # the default objective under --deadline: cost, in dollars on a cluster with a price
+    assert (report["objective"], report["cost_unit"]) == ("cost", "usd")
     saved = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert saved["points"] == report["points"]
     assert (tmp_path / "p" / "plan.csv").read_text().splitlines()[0].startswith("gpus,global_batch_tokens,plan,")
@@ -210,6 +212,22 @@ def test_bad_input_is_one_line(args, start):
     assert r.exit_code == 1
     assert r.output.startswith(start), r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_json_says_when_the_cost_objective_ranked_by_gpu_hours():
+    # the default objective under --deadline on a cluster without price_usd_per_gpu_hour ranks the
+    # points by GPU-hours (plan_choice.money); the text says "cost in GPU-hours", and --json read
+    # plain "cost", as if in dollars. cost_unit carries it: gpu_hours here, null for time
+    args = ["--model", "llama3-8b", "--cluster", "dgx-a100-40gb", "--tokens", "1T", "--seq-len", "8192", "--gpus", "8,16",
+            "--checkpoint-write-seconds", "30"]
+    report = run_json(args + ["--deadline", "900d"])
+    assert (report["objective"], report["cost_unit"]) == ("cost", "gpu_hours")
+    chosen = report["points"][report["chosen"]]
+    # no dollars to rank by, so the fewest GPU-hours wins: 16 GPUs (MFU 71.6% against 68.8% at 8)
+    assert chosen["cost_usd"] is None and chosen["gpus"] == 16
+    assert chosen["gpu_hours"] == min(p["gpu_hours"] for p in report["points"] if p["gpu_hours"] is not None)
+    report = run_json(args)  # no deadline: time, no cost ranking at all
+    assert (report["objective"], report["cost_unit"]) == ("time", None)
 
 
 def test_deadline_nothing_meets_names_the_fastest_point():
