@@ -7,7 +7,8 @@ mlp_only_layers, shared expert gate), DeepSeek-V2/V3 (MLA, group-limited sigmoid
 expert bias, first-k dense, MTP), Llama-4 (nested text_config, interleaved MoE, shared expert),
 GPT-2 style (n_layer, n_embd, n_head, n_inner, learned positions, LayerNorm, tied); local
 attention (layer_types sliding/chunked, Mistral/Qwen/Gemma sliding windows, Llama-4 chunks:
-gpt-oss, Gemma-2/3); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
+gpt-oss, Gemma-2/3); Gemma-3's multimodal wrapper (Gemma3ForConditionalGeneration, whose
+text_config leaves out the keys at Gemma3TextConfig's defaults: TEXT_CONFIG_DEFAULTS); Qwen3-Next's Gated DeltaNet layers (linear_* keys, layer_types or
 full_attention_interval); Nemotron-H's hybrid Mamba-2 models (transformers-style
 configuration_nemotron_h.py: hybrid_override_pattern or a layers_block_type list, mamba_* and
 ssm_state_size keys, squared-ReLU MLP, MoE layers 'E', Nemotron 3 Super/Ultra's LatentMoE
@@ -86,6 +87,30 @@ DEEPSEEK_V3_SEQ_AUX_LOSS = 1e-4
 # (moe_aux_loss_coeff 0.0001, seq_aux_loss); Megatron-LM d98e8a6
 # examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-{Nano,Super,Ultra}-*.sh alike
 NEMOTRON_H_SEQ_AUX_LOSS = 1e-4
+# The text model class's defaults, by model_type, for the keys this module reads: transformers'
+# save_pretrained writes a nested text_config as its difference from the class defaults
+# (configuration_utils.py to_diff_dict), so a multimodal checkpoint omits every key at its
+# default and its modeling code reads the class's value (google/gemma-3-27b-it's text_config has
+# no vocab_size, max_position_embeddings or rope_theta; google/gemma-3-4b-it's no head count or
+# head_dim either). A key the file names, null included, is the file's.
+TEXT_CONFIG_DEFAULTS = {
+    # transformers models/gemma3/configuration_gemma3.py Gemma3TextConfig.__init__ (4.50, the same at
+    # d98ac17): vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+    # num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh",
+    # max_position_embeddings=131_072, rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1_000_000.0,
+    # attention_bias=False, sliding_window=4096, rope_local_base_freq=10_000.0, sliding_window_pattern=6
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+                    "rope_theta": 1_000_000.0, "attention_bias": False, "sliding_window": 4096,
+                    "rope_local_base_freq": 10_000.0, "sliding_window_pattern": 6},
+}
+# Gemma3Config (model_type gemma3, Gemma3ForConditionalGeneration) builds its text_config as a
+# Gemma3TextConfig (sub_configs["text_config"]), whether or not the nested block names its model_type
+TEXT_CONFIG_DEFAULTS["gemma3"] = TEXT_CONFIG_DEFAULTS["gemma3_text"]
+# transformers 4 RoPE keys: a transformers 5 file states them inside rope_parameters instead
+# (_rope, _rope_local read them there), so they are not defaulted beside a rope_parameters block
+V4_ROPE_KEYS = ("rope_theta", "rope_local_base_freq")
 ROPE_NUMBER_KEYS = ("rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
                     "beta_slow", "mscale", "mscale_all_dim", "partial_rotary_factor", "attention_factor")
 
@@ -116,6 +141,14 @@ def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
         cfg.setdefault("tie_word_embeddings", True)
         cfg["_gpt2"] = True
     return cfg
+
+
+def _class_defaults(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
+    """The flattened config with the text model class's defaults (TEXT_CONFIG_DEFAULTS) for the
+    keys neither the text_config nor the top level names."""
+    defaults = TEXT_CONFIG_DEFAULTS.get(mtype, {})
+    skip = V4_ROPE_KEYS if isinstance(cfg.get("rope_parameters"), dict) else ()
+    return {**{k: v for k, v in defaults.items() if k not in skip}, **cfg}
 
 
 def _check_numbers(cfg: dict[str, Any], field: str) -> None:
@@ -456,7 +489,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
     """ModelSpec fields from a HuggingFace config.json mapping."""
     _check_numbers(cfg, field)
     mtype = _check_model_type(cfg, field)
-    cfg = _flatten(cfg)
+    cfg = _class_defaults(_flatten(cfg), mtype)
     layers = _get(cfg, "num_hidden_layers", field, name)
     heads = _get(cfg, "num_attention_heads", field, name)
     act = _activation(cfg, mtype)

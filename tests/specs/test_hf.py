@@ -456,3 +456,50 @@ def test_gemma3_and_olmo2_norm_queries_and_keys():
     assert (olmo2.qk_layernorm, olmo2.qk_norm_across_heads) == (True, True)
     llama = model_from_mapping({**ROPE_BASE, "model_type": "llama"}, "llama")
     assert (llama.qk_layernorm, llama.qk_norm_across_heads) == (False, False)
+
+
+# google/gemma-3-27b-it config.json (transformers 4.50; vision_config abridged): the text_config
+# omits every key at Gemma3TextConfig's default (vocab_size, max_position_embeddings, rope_theta ...)
+GEMMA3_27B_IT = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+                    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False},
+}
+
+
+def test_gemma3_multimodal_text_config_takes_the_class_defaults(tmp_path):
+    """A Gemma3ForConditionalGeneration file was refused (model.vocab_size=(missing)): transformers
+    writes text_config as its difference from Gemma3TextConfig's defaults, so the keys at their
+    default are absent and the model reads the class's (configuration_gemma3.py: vocab_size 262208,
+    max_position_embeddings 131072, rope_theta 1e6, rope_local_base_freq 1e4, rms_norm_eps 1e-6)."""
+    m = load_model(str(_write(tmp_path, GEMMA3_27B_IT, "gemma-3-27b-it")))
+    assert (m.vocab_size, m.max_position_embeddings, m.rope_theta, m.rope_local_theta, m.norm_eps) == (262208, 131072, 1e6, 1e4, 1e-6)
+    assert (m.head_dim, m.num_kv_heads, m.tied_embeddings, m.activation) == (128, 16, True, "gelu_pytorch_tanh")
+    assert (m.rope_scaling.type, m.rope_scaling.factor, m.attention_window, m.global_attention_layers[:2]) == ("linear", 8.0, 1024, (5, 11))
+    # Gemma 3 Technical Report (arXiv 2503.19786) Table 1, 27B: 1,416M embedding + 25,600M non-embedding
+    assert total_params_billion(m) == pytest.approx(27.016, rel=0.01)
+    # google/gemma-3-4b-it's text_config also omits num_attention_heads, num_key_value_heads and head_dim
+    # (8, 4 and 256, the class defaults: head_dim is not hidden_size / heads = 320 there)
+    gemma3_4b = {**GEMMA3_27B_IT, "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                                                  "num_hidden_layers": 34, "sliding_window": 1024,
+                                                  "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}}
+    m = load_model(str(_write(tmp_path, gemma3_4b, "gemma-3-4b-it")))
+    assert (m.num_attention_heads, m.num_kv_heads, m.head_dim) == (8, 4, 256)
+    # the same report, 4B: 675M embedding + 3,209M non-embedding
+    assert total_params_billion(m) == pytest.approx(3.884, rel=0.01)
+    # a key the file names, null included, stays the file's; a transformers 5 rope_parameters block keeps its own bases
+    assert load_model(str(_write(tmp_path, {**GEMMA3_27B_IT, "text_config": {**GEMMA3_27B_IT["text_config"], "sliding_window": None}},
+                                 "no-window"))).attention_window is None
+    params = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}
+    text = {k: v for k, v in GEMMA3_27B_IT["text_config"].items() if k != "rope_scaling"}
+    m = load_model(str(_write(tmp_path, {**GEMMA3_27B_IT, "text_config": {**text, "rope_parameters": params}}, "v5")))
+    assert (m.rope_theta, m.rope_local_theta) == (500000.0, 20000.0)
+    # other model types take no Gemma default: a Llama file without vocab_size is still refused by name
+    with pytest.raises(InputError, match=r"^model.vocab_size=\(missing\): HuggingFace config of "):
+        load_model(str(_write(tmp_path, {k: v for k, v in QWEN3_MOE.items() if k != "vocab_size"}, "no-vocab")))
