@@ -22,6 +22,7 @@ cost, and reading its keys as a decoder's would cost another network. A number w
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from autopar.errors import InputError, Missing
@@ -75,6 +76,30 @@ NUMBER_KEYS = (
     "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_layer", "n_embd", "n_head", "n_positions", "n_inner",
     "router_aux_loss_coef", "aux_loss_alpha", "rope_local_base_freq",
 )
+# ModelSpec field (dotted into its nested specs) -> the HF keys hf_fields reads it from, in its
+# order: an error about the field names the key the file holds (the first of these it names), as
+# the user wrote it (a GPT-2 file's n_layer ... through GPT2_KEYS).
+SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers",), "hidden_size": ("hidden_size",),
+    "num_attention_heads": ("num_attention_heads",), "num_kv_heads": ("num_key_value_heads",), "head_dim": ("head_dim", "attention_head_dim"),
+    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size", "n_inner"), "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings",), "norm_eps": ("rms_norm_eps", "layer_norm_eps", "norm_eps"),
+    "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"), "moe_top_k": ("num_experts_per_tok",),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"), "moe_first_k_dense_layers": ("first_k_dense_replace",),
+    "moe_router_num_groups": ("n_group",), "moe_router_group_topk": ("topk_group",),
+    "moe_router_topk_scaling_factor": ("routed_scaling_factor",), "moe_aux_loss_coeff": ("router_aux_loss_coef", "aux_loss_alpha"),
+    "moe_latent_size": ("moe_latent_size",), "mtp_num_layers": ("num_nextn_predict_layers",), "rope_theta": ("rope_theta",),
+    "rotary_percent": ("partial_rotary_factor", "rotary_pct"), "rope_local_theta": ("rope_local_base_freq",),
+    "attention_window": ("attention_chunk_size", "sliding_window"), "swiglu_limit": ("swiglu_limit",),
+    "mla.q_lora_rank": ("q_lora_rank",), "mla.kv_lora_rank": ("kv_lora_rank",), "mla.qk_nope_head_dim": ("qk_nope_head_dim",),
+    "mla.qk_rope_head_dim": ("qk_rope_head_dim",), "mla.v_head_dim": ("v_head_dim",),
+    "linear_attention.num_key_heads": ("linear_num_key_heads",), "linear_attention.num_value_heads": ("linear_num_value_heads",),
+    "linear_attention.key_head_dim": ("linear_key_head_dim",), "linear_attention.value_head_dim": ("linear_value_head_dim",),
+    "linear_attention.conv_kernel_dim": ("linear_conv_kernel_dim",),
+    "mamba.num_heads": ("mamba_num_heads",), "mamba.head_dim": ("mamba_head_dim",),
+    "mamba.state_dim": ("ssm_state_size",), "mamba.num_groups": ("n_groups", "mamba_n_groups"),
+    "mamba.conv_kernel_dim": ("conv_kernel", "mamba_d_conv"), "mamba.chunk_tokens": ("chunk_size", "mamba_chunk_size"),
+}
 # DeepSeek-V3's sequence-wise balance loss weight when its config.json names none (the released
 # V3 file has no aux_loss_alpha): DeepSeek-V3 Technical Report (arXiv 2412.19437) section 4.2,
 # alpha = 0.0001; Megatron-Bridge 067f987 models/deepseek/deepseek_v3_bridge.py and Megatron-LM
@@ -183,6 +208,37 @@ def _check_model_type(cfg: dict[str, Any], field: str) -> str:
     return mtype
 
 
+def _first(cfg: dict[str, Any], spec_field: str) -> Any:
+    """The value of the first of SPEC_KEYS[spec_field] the config gives (not null), else None."""
+    return next((cfg[k] for k in SPEC_KEYS[spec_field] if cfg.get(k)), None)
+
+
+def _user_key(cfg: dict[str, Any], spec_field: str, field: str) -> str | None:
+    """The config.json key a ModelSpec field was read from, as the file spells it and where it
+    sits (text_config.<key> when nested); None when the field comes from no one key."""
+    nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    gpt2 = {new: old for old, new in GPT2_KEYS.items()}
+    for key in (k for name in SPEC_KEYS.get(spec_field, ()) for k in (name, gpt2.get(name)) if k):
+        for where, block in (("text_config.", nested), ("", cfg)):
+            if block.get(key) is not None:
+                return f"{field}.{where}{key}"
+    return None
+
+
+def hf_input_error(err: InputError, cfg: dict[str, Any], field: str = "model") -> InputError:
+    """A ModelSpec error about a HuggingFace config, re-stated with the config.json keys the file
+    holds (model.num_key_value_heads=7, not model.num_kv_heads=7), in its field and its rule."""
+    spec_field = err.field.removeprefix(f"{field}.")
+    key = _user_key(cfg, spec_field, field) if err.field.startswith(f"{field}.") else None
+
+    def rename(match: re.Match) -> str:  # a field the rule names beside its own: the key alone
+        named = _user_key(cfg, match[1], field)
+        return f"{named.removeprefix(f'{field}.').removeprefix('text_config.')}=" if named else match[0]
+
+    rule = re.sub(r"\b([a-z_]+)=", rename, err.rule)
+    return InputError(key or err.field, err.value, rule)
+
+
 def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
     if key not in cfg or cfg[key] is None:
         raise InputError(f"{field}.{key}", Missing() if key not in cfg else None, f"HuggingFace config of {name} lacks this required key")
@@ -276,7 +332,7 @@ def _rope_local(cfg: dict[str, Any], mtype: str, fields: dict[str, Any], field: 
 
 
 def _moe_fields(cfg: dict[str, Any], mtype: str) -> dict[str, Any]:
-    num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    num_experts = _first(cfg, "num_experts") or 0
     if not num_experts:
         return {}
     llama4 = "llama4" in mtype
@@ -510,7 +566,7 @@ def hf_fields(cfg: dict[str, Any], name: str, field: str = "model") -> dict[str,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", mtype.startswith("gemma"))),
         "max_position_embeddings": cfg.get("max_position_embeddings"),
         "normalization": "layernorm" if gpt2 else "rmsnorm",
-        "norm_eps": cfg.get("rms_norm_eps") or cfg.get("layer_norm_eps") or cfg.get("norm_eps") or 1e-5,
+        "norm_eps": _first(cfg, "norm_eps") or 1e-5,
         # Gemma-3's and OLMo-2's attention always norms queries and keys (no config key; transformers 5.12
         # Gemma3Attention q_norm over head_dim, Olmo2Attention q_norm over num_heads x head_dim)
         "qk_layernorm": ("qwen3" in mtype or mtype.startswith(("gemma3", "olmo2")) or bool(cfg.get("use_qk_norm"))

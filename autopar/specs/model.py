@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -307,7 +307,9 @@ class ModelSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.num_kv_heads is not None and self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(f"num_attention_heads={self.num_attention_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+            # the KV heads are at fault: each serves an equal group of query heads (GQA)
+            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_attention_heads={self.num_attention_heads} "
+                             "(each KV head serves an equal group of query heads)")
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size={self.hidden_size} must divide by num_attention_heads={self.num_attention_heads} when head_dim is not given")
         if self.num_experts:
@@ -508,15 +510,41 @@ class ModelSpec(StrictModel):
 
 # ---- loading ----------------------------------------------------------------------
 
-def model_from_mapping(data: dict[str, Any], name: str, field: str = "model") -> ModelSpec:
-    from autopar.specs.hf import hf_fields, is_hf_config
+def _whole_number_rule(exc: ValidationError) -> str | None:
+    """A plain rule for an integer field given a number too large to be one (JSON 1e30: pydantic
+    says 'Unable to parse input string as an integer, exceeded maximum size'): the field's range
+    from its bounds (autopar/limits.py); None for every other error."""
+    err = exc.errors()[0]
+    if err.get("type") != "int_parsing_size":
+        return None
+    spec: Any = ModelSpec
+    info = None
+    for part in err["loc"]:
+        info = spec.model_fields.get(part) if isinstance(spec, type) and hasattr(spec, "model_fields") else None
+        if info is None:
+            return None
+        spec = next((a for a in get_args(info.annotation) if isinstance(a, type) and issubclass(a, StrictModel)), info.annotation)
+    bounds = {type(m).__name__: m for m in info.metadata}
+    low = "a positive whole number" if "Gt" in bounds else "a whole number"
+    most = bounds["Le"].le if "Le" in bounds else 2**63 - 1  # the widest integer pydantic parses
+    return f"must be {low} of at most {most:,}"
 
+
+def model_from_mapping(data: dict[str, Any], name: str, field: str = "model") -> ModelSpec:
+    """A ModelSpec from an autopar model mapping or a HuggingFace config; an error names the
+    field as the file spells it (a HF file's config.json key: autopar.specs.hf.hf_input_error)."""
+    from autopar.specs.hf import hf_fields, hf_input_error, is_hf_config
+
+    hf = is_hf_config(data)
     try:
-        fields = hf_fields(data, name, field) if is_hf_config(data) else {"name": name, **data}
+        fields = hf_fields(data, name, field) if hf else {"name": name, **data}
         refuse_non_finite(fields, field, name)  # the file may hold infinities only in keys autopar does not read
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
-        raise InputError.from_validation(exc, field) from None
+        err = InputError.from_validation(exc, field)
+        rule = _whole_number_rule(exc)
+        err = InputError(err.field, err.value, rule) if rule else err
+        raise (hf_input_error(err, data, field) if hf else err) from None
 
 
 def load_model(name_or_path: str) -> ModelSpec:

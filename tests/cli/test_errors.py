@@ -4,6 +4,7 @@ real process as well as under CliRunner; notes on stderr only when the command s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,14 @@ def test_plan_budget_without_a_price_is_refused_before_the_search(monkeypatch):
     assert one_error_line(args) == (
         "Error: budget='$5M': cluster dgx-a100-40gb has no price_usd_per_gpu_hour, so a budget cannot be checked; "
         "set it in the cluster file or drop --budget")
+
+
+def test_a_bad_hf_config_names_its_config_json_key(tmp_path):
+    """The error names num_key_value_heads as config.json spells it (it said model.num_attention_heads=64:
+    must be a multiple of num_kv_heads=7, autopar's internal names), on one line."""
+    cfg = {"model_type": "qwen2", "hidden_size": 8192, "intermediate_size": 29568, "num_attention_heads": 64,
+           "num_hidden_layers": 80, "num_key_value_heads": 7, "vocab_size": 152064, "max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    line = one_error_line(["search", "--model", str(tmp_path / "config.json"), "--cluster", "dgx-h100"])
+    assert line == ("Error: model.num_key_value_heads=7: must divide num_attention_heads=64 "
+                    "(each KV head serves an equal group of query heads)")

@@ -51,7 +51,7 @@ def test_a_bom_is_allowed(tmp_path):
 def test_booleans_are_not_numbers():
     # issue 12: `num_hidden_layers: true` was read as a one-layer model
     cfg = {"num_hidden_layers": True, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 100}
-    with pytest.raises(InputError, match=r"model.num_layers=True: must be a number, not the boolean true"):
+    with pytest.raises(InputError, match=r"model.num_hidden_layers=True: must be a number, not the boolean true"):
         model_from_mapping(cfg, "m")
     with pytest.raises(ValueError, match="not the boolean"):
         TrainingSpec(seq_len=True, global_batch_size=8)

@@ -176,11 +176,11 @@ def test_deepseek_config_edge_values(tmp_path):
     cfg = json.loads(open("profiles/models/deepseek-v3.json").read())
     m = load_model(str(_write(tmp_path, {**cfg, "qk_rope_head_dim": None}, "ds-null-rope")))
     assert m.mla.qk_rope_head_dim == 0 and m.head_size == 128  # qk_nope_head_dim alone
-    with pytest.raises(InputError, match=r"^model.moe_router_num_groups=7: must divide num_experts=256"):
+    with pytest.raises(InputError, match=r"^model.n_group=7: must divide n_routed_experts=256"):
         load_model(str(_write(tmp_path, {**cfg, "n_group": 7}, "ds-groups")))
-    with pytest.raises(InputError, match=r"^model.moe_router_group_topk=9: must be at most moe_router_num_groups=8"):
+    with pytest.raises(InputError, match=r"^model.topk_group=9: must be at most n_group=8"):
         load_model(str(_write(tmp_path, {**cfg, "topk_group": 9}, "ds-topk-group")))
-    with pytest.raises(InputError, match=r"^model.num_kv_heads=0: Input should be greater than 0"):
+    with pytest.raises(InputError, match=r"^model.num_key_value_heads=0: Input should be greater than 0"):
         load_model(str(_write(tmp_path, {**GPT_OSS_120B, "num_key_value_heads": 0}, "kv0")))
 
 
@@ -201,7 +201,7 @@ def test_partial_rotary_and_zero_centered_norms(tmp_path):
     llama = load_model("llama3-8b")
     assert (llama.rotary_percent, llama.norm_zero_centered_gamma) == (1.0, False)
     cfg = json.loads(open("profiles/models/qwen3-next-80b-a3b.json").read())
-    with pytest.raises(InputError, match=r"^model.rotary_percent=0.3: must rotate an even whole number"):
+    with pytest.raises(InputError, match=r"^model.partial_rotary_factor=0.3: must rotate an even whole number"):
         load_model(str(_write(tmp_path, {**cfg, "partial_rotary_factor": 0.3}, "q3n-odd")))
 
 
@@ -503,3 +503,47 @@ def test_gemma3_multimodal_text_config_takes_the_class_defaults(tmp_path):
     # other model types take no Gemma default: a Llama file without vocab_size is still refused by name
     with pytest.raises(InputError, match=r"^model.vocab_size=\(missing\): HuggingFace config of "):
         load_model(str(_write(tmp_path, {k: v for k, v in QWEN3_MOE.items() if k != "vocab_size"}, "no-vocab")))
+
+
+# Qwen/Qwen2.5-72B-Instruct config.json (the keys the importer reads)
+QWEN25_72B = {"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 8192, "intermediate_size": 29568,
+              "max_position_embeddings": 32768, "max_window_layers": 70, "model_type": "qwen2", "num_attention_heads": 64,
+              "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+              "sliding_window": 131072, "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064}
+
+
+@pytest.mark.parametrize("cfg, message", [
+    # these named autopar's fields (num_kv_heads, num_layers, ffn_hidden_size), not the keys of the file, and the
+    # last gave pydantic's 'Unable to parse input string as an integer, exceeded maximum size'
+    ({**QWEN25_72B, "num_key_value_heads": 7}, "model.num_key_value_heads=7: must divide num_attention_heads=64 "
+                                                "(each KV head serves an equal group of query heads)"),
+    ({**QWEN25_72B, "num_hidden_layers": 0}, "model.num_hidden_layers=0: Input should be greater than 0"),
+    # autopar/limits.py MAX_WIDTH = 2**20 bounds every width
+    ({**QWEN25_72B, "intermediate_size": 1e30}, "model.intermediate_size=1e+30: must be a positive whole number of at most 1,048,576"),
+    # a rule naming a second field names its key too: Qwen3-30B-A3B routes 8 of num_experts=128
+    ({**QWEN3_MOE, "num_experts_per_tok": 0}, "model.num_experts_per_tok=0: must be in 1..num_experts=128"),
+    # a nested text_config's key is named where it sits; GPT-2 keys by their GPT-2 names
+    ({**GEMMA3_27B_IT, "text_config": {**GEMMA3_27B_IT["text_config"], "num_key_value_heads": 5}},
+     "model.text_config.num_key_value_heads=5: must divide num_attention_heads=32 (each KV head serves an equal group of query heads)"),
+    ({**GPT2, "n_layer": 0}, "model.n_layer=0: Input should be greater than 0"),
+    # a number too large for any integer, in a field without a limit of its own (DeepSeek-V3's MLA rank)
+    ({**json.loads(open("profiles/models/deepseek-v3.json").read()), "kv_lora_rank": 1e30},
+     "model.kv_lora_rank=1e+30: must be a positive whole number of at most 9,223,372,036,854,775,807"),
+], ids=["kv-heads", "layers-0", "ffn-1e30", "top-k", "text_config", "gpt2", "no-limit"])
+def test_errors_name_the_config_json_key(tmp_path, cfg, message):
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, cfg, "cfg")))
+    assert str(err.value) == message
+
+
+def test_autopar_model_files_keep_their_own_field_names(tmp_path):
+    """The HF key names are for HF files only: an autopar model file's error names its own field."""
+    path = tmp_path / "m.yaml"
+    path.write_text("num_layers: 2\nhidden_size: 1024\nnum_attention_heads: 8\nnum_kv_heads: 3\nffn_hidden_size: 4096\nvocab_size: 32000\n")
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert str(err.value) == "model.num_kv_heads=3: must divide num_attention_heads=8 (each KV head serves an equal group of query heads)"
+    path.write_text("num_layers: 2\nhidden_size: 1024\nnum_attention_heads: 8\nffn_hidden_size: 1.0e+30\nvocab_size: 32000\n")
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert str(err.value) == "model.ffn_hidden_size=1e+30: must be a positive whole number of at most 1,048,576"
