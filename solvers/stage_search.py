@@ -24,7 +24,12 @@ from solvers.stages import StageSolution, bounds, core_of, solve_core
 # them for a lazy --help, tests/cli/test_lazy.py checks they agree); plan and sweep rank with them
 # too (search_defaults), so the three agree on a case's best plan
 DEFAULT_CORES = 8
-DEFAULT_SECONDS = 5.0
+# A wall-clock cap, not the step's budget: cores it does not reach are skipped, so a cap that
+# binds makes the ranking depend on how fast (and how loaded) the machine is. The step's work is
+# bounded by DEFAULT_CORES and each solve's deterministic limit (solvers.stages.SOLVE_WORK_LIMIT);
+# measured 0.5-6 s on 2 cores (LLaMA-3 70B on 256-1,024 H100: 8 cores, ~1.5 s of stage tables and
+# 0.2 s of CP-SAT each). A 5 s cap skipped 3 to 4 of 8 cores when the machine was shared.
+DEFAULT_SECONDS = 60.0
 WALK_ROWS = 100_000  # ranked rows (per group) looked at for distinct cores
 _FULL, _NONE = RECOMPUTE.index(Recompute.full), RECOMPUTE.index(Recompute.none)
 SOLVED = ("OPTIMAL", "FEASIBLE", "BALANCED")  # statuses with a plan that fits and re-costs as predicted
@@ -36,7 +41,7 @@ class PerStageOptions:
     """How much of the ranking gets a per-stage solve."""
 
     max_cores: int = DEFAULT_CORES  # distinct cores (pp > 1), best first
-    seconds: float = DEFAULT_SECONDS  # budget for tables and solves together; later cores are skipped
+    seconds: float = DEFAULT_SECONDS  # wall-clock cap on tables and solves together; later cores are skipped
     pinned_recompute: bool = False  # the user fixed the recompute mode: keep it on every stage
 
 

@@ -117,3 +117,18 @@ def test_mtp_rank_recomputes_its_mtp_layer_too():
         mtp_rank = 0 if rp.plan.pipeline_schedule.value == "dualpipev" else len(stages) - 1
         assert all(s.recompute_layers == s.layers for i, s in enumerate(stages) if i != mtp_rank)
         assert stages[mtp_rank].recompute_layers == stages[mtp_rank].layers + m.mtp_num_layers
+
+
+def test_a_slow_machine_solves_the_same_cores(monkeypatch, solved):
+    """The per-stage step's work is bounded by its core count and CP-SAT's deterministic time, not
+    by the wall clock: on a machine 10x slower (every clock read 0.25 s later; the step reads it
+    about twice per core) it solves the same cores to the same plans. With the earlier 5 s
+    budget such a clock skipped cores, and search's best plan depended on the machine's load."""
+    import solvers.stage_search as stage_search
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(stage_search.time, "perf_counter", lambda: 0.25 * next(ticks))
+    slow = _search(PerStageOptions())[4].results.search.per_stage
+    fast = solved[4].results.search.per_stage
+    assert slow.cores_skipped == fast.cores_skipped == 0
+    assert [(s.plan, s.status) for s in slow.solves] == [(s.plan, s.status) for s in fast.solves]
