@@ -2,13 +2,13 @@
 run in worker processes; each finished case is appended to cases.jsonl as one line, so an
 interrupted sweep resumes where it stopped. The summary is built from the records in case
 order, never completion order, so a resumed sweep writes the same summary as an uninterrupted
-one. `compare` checks a summary against a baseline (how CI catches cost-model changes)."""
+one. `compare` checks a summary against a baseline (how CI catches cost-model changes). The
+--out folder's files (cases.jsonl, sweep.json) are solvers.sweep_folder's."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -26,10 +26,9 @@ from autopar.specs.costparams import CostParams, load_cost_params, params_for_cl
 from solvers.base import Objective
 from solvers.search import SearchRequest, run_search
 from solvers.stage_search import search_defaults
+from solvers.sweep_folder import CASES_FILE, append_record, check_same_sweep, read_records
 from solvers.workers import run_in_workers
 
-CASES_FILE = "cases.jsonl"
-SPEC_FILE = "sweep.json"  # the sweep an --out folder holds (check_same_sweep)
 MAX_WORKERS = 256
 TOP_PLANS_KEPT = 10  # plans per case kept for the memory-vs-step plot
 
@@ -187,81 +186,12 @@ def _best(output) -> dict[str, Any]:
     )
 
 
-def read_records(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Finished cases by id. A torn last line (the process died mid-write) is dropped and the
-    file rewritten without it, so the next append starts on a fresh line."""
-    path = out_dir / CASES_FILE
-    if not path.exists():
-        return {}
-    raw = path.read_bytes().decode("utf-8", errors="replace")  # a garbled line fails to parse and is dropped
-    records: dict[str, dict[str, Any]] = {}
-    good: list[str] = []
-    for line in raw.splitlines(keepends=True):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not line.endswith("\n") or not isinstance(record, dict) or not isinstance(record.get("case"), str):
-            continue
-        records.setdefault(record["case"], record)
-        good.append(line)
-    text = "".join(good)
-    if text != raw:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return records
-
-
-def append_record(out_dir: Path, record: dict[str, Any]) -> None:
-    """One O_APPEND write of one whole line, flushed to disk: readers see whole lines only."""
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(out_dir / CASES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# what a case's result does not depend on (the baseline check alone reads the threshold)
-RESULT_NEUTRAL = frozenset({"threshold"})
-
-
-def _sweep_identity(spec: SweepSpec, overrides: dict[str, Any]) -> dict[str, Any]:
-    """What an --out folder's results depend on: the sweep's grid and settings and the cost
-    overrides (one cost model per summary)."""
-    mine = {k: v for k, v in spec.model_dump(mode="json").items() if k not in RESULT_NEUTRAL}
-    return {**mine, "cost_overrides": json.loads(json.dumps(overrides, sort_keys=True, default=str))}
-
-
-def check_same_sweep(out: Path, spec: SweepSpec, overrides: dict[str, Any], fresh: bool) -> None:
-    """SPEC_FILE records the sweep an --out folder belongs to, with its --cost-override; --resume
-    with another sweep or other overrides would mix two grids' or two cost models' cases in one
-    summary, so it is refused. A folder without finished cases (`fresh`) is simply taken over."""
-    path = out / SPEC_FILE
-    mine = _sweep_identity(spec, overrides)
-    if fresh or not path.exists():
-        path.write_text(json.dumps(mine, indent=1, sort_keys=True) + "\n")
-        return
-    try:
-        theirs = json.loads(path.read_text())
-    except (OSError, ValueError):
-        theirs = None
-    if isinstance(theirs, dict):  # folders written before the overrides, or per_stage, were recorded ran without them
-        theirs = {"cost_overrides": {}, "per_stage": False, **{k: v for k, v in theirs.items() if k not in RESULT_NEUTRAL}}
-    if theirs != mine:
-        keys = sorted(k for k in mine if not isinstance(theirs, dict) or theirs.get(k) != mine.get(k))
-        hint = "; its cases ran without the per-stage step: per_stage: false resumes it" if keys == ["per_stage"] and not theirs["per_stage"] else ""
-        keys = ["--cost-override" if k == "cost_overrides" else k for k in keys]
-        raise InputError("resume", str(out), f"the folder holds a different sweep (differs in {', '.join(keys) or 'format'}; "
-                         f"see {SPEC_FILE}){hint}; resume it with its own sweep file and --cost-override or choose another --out")
-
-
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bool = False,
-              overrides: dict[str, Any] | None = None, progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
+              overrides: dict[str, Any] | None = None, progress: Callable[[int, int, str], None] | None = None,
+              note: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run every case not yet in cases.jsonl; returns all records in case order. An interrupt
-    (Ctrl-C, SIGTERM) stops the workers at once; every finished case is already on disk."""
+    (Ctrl-C, SIGTERM) stops the workers at once; every finished case is already on disk. `note`
+    gets a line worth telling the user (a resumed folder whose inputs could not be checked)."""
     out = Path(out_dir)
     if isinstance(workers, bool) or not 0 < workers <= MAX_WORKERS:
         raise InputError("workers", workers, f"must be a positive integer at most {MAX_WORKERS}")
@@ -271,7 +201,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 1, resume: bo
     apply_overrides(load_cost_params(), overrides)  # bad keys fail here, not as error records
     try:
         out.mkdir(parents=True, exist_ok=True)
-        check_same_sweep(out, spec, overrides, fresh=not (out / CASES_FILE).exists())
+        check_same_sweep(out, spec, overrides, fresh=not (out / CASES_FILE).exists(), note=note)
     except OSError as exc:
         raise InputError("out", str(out), f"cannot write ({exc.strerror})") from None
     all_cases = cases(spec)

@@ -77,7 +77,8 @@ def _progress_bar(enabled: bool):
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Results directory (cases.jsonl, summaries, plots)")
 @click.option("--workers", type=int, default=1, show_default=True, help="Worker processes running cases in parallel")
-@click.option("--resume", is_flag=True, help="Continue a sweep whose cases.jsonl already holds finished cases")
+@click.option("--resume", is_flag=True, help="Continue a sweep whose cases.jsonl already holds finished cases (refused when the sweep "
+              "file, --cost-override, or a model, cluster or calibration file it names has changed since)")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="summary.json of an earlier run; exit 1 on differences")
 @click.option("--threshold", type=click.FloatRange(0, 1e6), default=None, help="Relative tokens/s change --baseline allows (default: the sweep file's)")
 @click.option("--cost-override", type=click.Path(dir_okay=False), default=None,
@@ -105,7 +106,8 @@ def sweep(sweep_file, out_dir, workers, resume, baseline, threshold, cost_overri
     update, stop = _progress_bar(not quiet)
     lost = 0
     try:
-        records = run_sweep(spec, out, workers, resume, overrides, update)
+        # a note now, not after the run: it is about the cases the folder already holds
+        records = run_sweep(spec, out, workers, resume, overrides, update, note=lambda text: click.echo(f"note: {text}", err=True))
     except WorkerDied:  # the kernel's OOM killer, say: the pool broke and took the running cases with it
         finished = read_records(out)  # every case that finished is in cases.jsonl already
         records = [finished.get(c["case"]) or dict(c, status="error", message=WORKER_DIED) for c in cases(spec)]
