@@ -56,6 +56,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
     memory = {k: float(v[i]) for k, v in result.memory.items()}
     tokens = training.tokens_per_step
     model_flops = model_flops_per_token(model, training.seq_len, frozen_weights=training.frozen_weights) * tokens
+    causal_flops = model_flops_per_token(model, training.seq_len, causal=True, frozen_weights=training.frozen_weights) * tokens
     peak = cluster.gpu.peak_flops_per_second(training.precision.gemm_dtype) * cluster.num_gpus
     tps = tokens / step
     ttt = training.target_tokens / tps if training.target_tokens else None
@@ -71,7 +72,7 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / cluster.num_gpus,
         model_flops_per_step=model_flops, hardware_flops_per_step=float(result.hardware_flops[i]),
         model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,
-        mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak,
+        mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak, mfu_causal=causal_flops / step / peak,
         bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
         memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
         host_memory_bytes_per_gpu=float(result.host_bytes[i]),

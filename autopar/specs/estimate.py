@@ -53,10 +53,14 @@ class Estimate(BaseModel):
     tokens_per_second: float = Field(description="Training tokens per second, whole job")
     tokens_per_second_per_gpu: float = Field(description="Training tokens per second per GPU")
     model_flops_per_step: float = Field(description="Model FLOPs per step (no recompute; attention counted non-causal)")
-    hardware_flops_per_step: float = Field(description="FLOPs executed per step (recompute included, causal attention halved)")
+    hardware_flops_per_step: float = Field(description="Model FLOPs plus the recomputed forward's, counted as model FLOPs count them "
+                                           "(attention non-causal): the HFU numerator of Korthikanti et al. 2022")
     model_tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU")
     mfu: float = Field(description="Model FLOPs utilisation against the GEMM precision's dense peak")
     hfu: float = Field(description="Hardware FLOPs utilisation (recompute counted)")
+    mfu_causal: float | None = Field(None, description="MFU with attention counted causally: the score FLOPs a fused kernel runs "
+                                     "under the causal mask (mfu counts them non-causally, as Megatron-LM and published MFUs do); "
+                                     "equal to mfu for a model without causal attention")
     bubble_fraction: float = Field(description="Pipeline bubble / pipeline time")
     memory_bytes_per_gpu: float = Field(description="Peak memory over stages, bytes")
     memory_capacity_bytes: float = Field(description="HBM per GPU, bytes")
