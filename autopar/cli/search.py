@@ -79,8 +79,11 @@ def _cost_line(best, cluster, training) -> str:
     return line
 
 
-def _reference_line(plan, model, cluster, training, output) -> str:
+def _reference_line(plan, model, cluster, training, output, objective: str = "throughput") -> str:
+    import numpy as np
+
     from autopar.cost import estimate as cost_estimate
+    from solvers.base import Objective, objective_values
 
     est = cost_estimate(model, cluster, training, plan, output.batch.params)
     best = output.results.plans[0].estimate.step_seconds
@@ -92,7 +95,10 @@ def _reference_line(plan, model, cluster, training, output) -> str:
     extra = output.ranking.extra
     if "all_objective" in extra:
         values, ok = extra["all_objective"], extra["all_feasible"]
-        better = int((values[ok] < est.step_seconds * (1 - 1e-12)).sum())
+        # the ranked values are in the objective's units (seconds, or $ per million tokens under
+        # cost): the reference is put in the same units the same way before it is compared
+        mine = float(objective_values(output.batch, np.array([est.step_seconds]), Objective(objective))[0])
+        better = int((values[ok] < mine * (1 - 1e-12)).sum())
         rank = f", plan {better + 1:,} of {int(ok.sum()):,} that fit"
     return f"reference {est.plan}: step {est.step_seconds:.3f} s, {100 * gap:+.1f}% vs best{rank}; fits"
 
@@ -227,7 +233,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
         output = run_search(request, progress)
     finally:
         close()
-    lines = [_reference_line(p, model, cluster, training, output) for p in reference_plans]
+    lines = [_reference_line(p, model, cluster, training, output, objective) for p in reference_plans]
     payload = dump_json(output.results.model_dump(mode="json"))
     if out:
         write_atomic(out, payload)

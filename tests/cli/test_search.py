@@ -524,3 +524,16 @@ def test_cost_objective_at_a_price_of_zero_is_refused_by_name(tmp_path):
         "(cluster dgx-h100) every plan costs $0, so none ranks above another; set the price in the cluster file or rank by "
         "--objective throughput")
     assert run(base + ["--top", "1"]).exit_code == 0  # a free cluster is still legal for the throughput objective
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+def test_reference_rank_is_counted_in_the_objectives_units(objective):
+    # LLaMA-3 70B on 64 H100 (the oracle ranks every plan): under cost the ranked values are $ per
+    # million tokens and the reference was compared in seconds, so every plan that fit ranked above
+    # it ("plan 12,441 of 12,440"). At a fixed GPU count dollars are step time x a constant, so the
+    # rank is the one throughput gives: 970 of 12,440
+    r = run(["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096", "--top", "3", "--no-per-stage",
+             "--objective", objective, "--reference", "tp=8,pp=4,vpp=5,recompute=selective"])
+    assert r.exit_code == 0, r.output
+    line = next(l for l in r.output.splitlines() if l.startswith("reference "))
+    assert line.endswith(", plan 970 of 12,440 that fit; fits"), line
