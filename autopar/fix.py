@@ -13,9 +13,14 @@ _SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0, "yes": 1, "
 
 def parse_fix(text: str | None) -> dict[str, object]:
     """'tp=8,pp=16' -> {'tp': 8, 'pp': 16}; each value is checked by its own Plan field's type
-    and bounds, so an error names the key it is about (cross-key rules are the space's)."""
-    if not text:
+    and bounds, so an error names the key it is about (cross-key rules are the space's). No text
+    (or only spaces) fixes nothing; an empty item ('tp=8,,pp=4', a trailing comma) is refused as
+    in a plan text (autopar.specs.plan._plan_items): a dropped value is more likely a typo."""
+    if not text or not text.strip():
         return {}
+    if any(not part.strip() for part in text.split(",")):
+        raise InputError("fix", text, "has an empty item (two commas in a row, or one at an end); "
+                         "give key=value items separated by single commas")
     from typing import Annotated
 
     from pydantic import TypeAdapter, ValidationError
@@ -23,7 +28,7 @@ def parse_fix(text: str | None) -> dict[str, object]:
     from autopar.specs import Plan
 
     out: dict[str, object] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in (part.strip() for part in text.split(",")):
         key, eq, value = (s.strip() for s in item.partition("="))
         if not eq:
             raise InputError("fix", item, "expected key=value (e.g. tp=8)")

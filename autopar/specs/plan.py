@@ -402,12 +402,18 @@ def stage_layout(num_layers: int, pp: int, first: int | None = None, last: int |
 
 def _plan_items(text: str) -> list[str]:
     """'key=value' items; a layout string may hold commas (cosmetic in Megatron's form), so a
-    piece without '=' after a layout item continues it."""
+    piece without '=' after a layout item continues it. An empty plan, or an empty item
+    ('tp=8,,pp=4', a trailing comma), is refused: a dropped value is more likely a typo than a
+    wish for the defaults, and a plan given empty would cost tp=1,pp=1 without a word."""
+    if not text.strip():
+        raise InputError("plan", text, "is empty; give at least one key=value (e.g. tp=8)")
     items: list[str] = []
     for piece in (p.strip() for p in text.split(",")):
-        if piece and "=" not in piece and items and items[-1].split("=", 1)[0].strip() == "layout":
+        if not piece:
+            raise InputError("plan", text, "has an empty item (two commas in a row, or one at an end); give key=value items separated by single commas")
+        if "=" not in piece and items and items[-1].split("=", 1)[0].strip() == "layout":
             items[-1] += "," + piece
-        elif piece:
+        else:
             items.append(piece)
     return items
 

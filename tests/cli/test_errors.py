@@ -166,3 +166,28 @@ def test_a_bad_hf_config_names_its_config_json_key(tmp_path):
     line = one_error_line(["search", "--model", str(tmp_path / "config.json"), "--cluster", "dgx-h100"])
     assert line == ("Error: model.num_key_value_heads=7: must divide num_attention_heads=64 "
                     "(each KV head serves an equal group of query heads)")
+
+
+EMPTY_ITEM = "has an empty item (two commas in a row, or one at an end); give key=value items separated by single commas"
+SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096"]
+
+
+@pytest.mark.parametrize("args, line", [
+    # --plan "" cost the default plan tp=1,pp=1 (rc 0) and an empty item was skipped: every
+    # command that reads a plan text or a --fix refuses them the same way, naming the option
+    (["estimate", *SMALL, "--plan", ""], "Error: plan='': is empty; give at least one key=value (e.g. tp=8)"),
+    (["estimate", *SMALL, "--plan", "tp=8,,pp=1"], f"Error: plan='tp=8,,pp=1': {EMPTY_ITEM}"),
+    (["emit", *SMALL, "--format", "megatron", "--plan", "tp=8,,pp=1"], f"Error: plan='tp=8,,pp=1': {EMPTY_ITEM}"),
+    (["search", *SMALL, "--reference", "tp=8,,pp=1"], f"Error: plan='tp=8,,pp=1': {EMPTY_ITEM}"),
+    (["search", *SMALL, "--fix", "tp=8,,pp=1"], f"Error: fix='tp=8,,pp=1': {EMPTY_ITEM}"),
+    (["search", *SMALL, "--fix", "tp=8,"], f"Error: fix='tp=8,': {EMPTY_ITEM}"),
+])
+def test_empty_plan_or_item_is_refused_naming_the_option(args, line):
+    assert one_error_line(args) == line
+
+
+def test_empty_fix_fixes_nothing():
+    # --fix "" pins no dimension (parse_fix's documented reading); it is not an empty item
+    from autopar.fix import parse_fix
+
+    assert parse_fix("") == {} and parse_fix("  ") == {} and parse_fix(None) == {}

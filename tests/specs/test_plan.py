@@ -32,7 +32,7 @@ def test_llama3_405b_uneven_stages():
 @pytest.mark.parametrize(
     "text, field",
     [
-        ("tp=8,,pp=x", "plan.pp"),
+        ("tp=8,pp=x", "plan.pp"),
         ("tp", "plan"),
         ("tp=8,tp=4", "plan"),
         ("sp=maybe", "plan.sp"),
@@ -59,6 +59,23 @@ def test_malformed_plan_names_the_field(text, field):
                                        "the same thing: give one"),
 ])
 def test_plan_rule_messages(text, message):
+    with pytest.raises(InputError) as err:
+        parse_plan(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, message", [
+    # an empty plan cost the defaults tp=1,pp=1 and an empty item was skipped, without a word:
+    # a value dropped between commas is more likely a typo than a wish for a default
+    ("", "plan='': is empty; give at least one key=value (e.g. tp=8)"),
+    ("tp=8,,pp=4", "plan='tp=8,,pp=4': has an empty item (two commas in a row, or one at an end); "
+                   "give key=value items separated by single commas"),
+    ("tp=8,pp=4,", "plan='tp=8,pp=4,': has an empty item (two commas in a row, or one at an end); "
+                   "give key=value items separated by single commas"),
+    ("pp=16,layout=Et*3|(tt|)*29,,m|L", "plan='pp=16,layout=Et*3|(tt|)*29,,m|L': has an empty item (two commas in a row, "
+                                        "or one at an end); give key=value items separated by single commas"),
+])
+def test_empty_plan_or_item_is_refused(text, message):
     with pytest.raises(InputError) as err:
         parse_plan(text)
     assert str(err.value) == message
