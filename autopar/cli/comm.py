@@ -56,15 +56,6 @@ def predict(op: Collective, size_bytes: int, group, cluster, params, algorithm: 
             "algorithm": choice.algorithm, "protocol": choice.protocol}
 
 
-def check_fabric(cluster, num_gpus: int, extrapolate: bool) -> None:
-    """Refuse a group larger than the cluster's fabric describes (its largest tier)."""
-    nodes = -(-num_gpus // cluster.gpus_per_node)
-    limit = max([t.num_nodes for t in cluster.tiers] or [1])
-    if nodes > limit and not extrapolate:
-        raise InputError("gpus", num_gpus, f"{nodes} nodes exceed the {limit} nodes cluster {cluster.name}'s fabric describes "
-                         f"(tiers); pass --extrapolate-fabric to cost it on the outermost tier anyway")
-
-
 def _table(rows: list[dict], title: str) -> str:
     lines = [f"# {title}", f"# {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}  {'algorithm':<14} protocol",
              f"# {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"]
@@ -85,7 +76,7 @@ def _table(rows: list[dict], title: str) -> str:
 @click.option("--calibration", "calibration_path", default=None, help="Calibration profile (default: the one the cluster file names, if any)")
 @click.option("--algo", "algorithm", type=click.Choice(NCCL_ALGORITHMS), default=None, help="Force an NCCL algorithm (as NCCL_ALGO)")
 @click.option("--proto", "protocol", type=click.Choice(NCCL_PROTOCOLS), default=None, help="Force an NCCL protocol (as NCCL_PROTO)")
-@click.option("--extrapolate-fabric", is_flag=True, help="Allow more nodes than the cluster's fabric tiers describe")
+@click.option("--extrapolate-fabric", is_flag=True, help="Allow more GPUs than the cluster file's fabric describes (its top tier is assumed to repeat)")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list with --sizes)")
 def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path, algorithm, protocol, extrapolate_fabric, as_json):
     """Predicted time, algbw and busbw of one collective over a group placed on the cluster, and the
@@ -109,8 +100,8 @@ def comm(cluster_name, gpus, nodes, op, size_text, sizes_text, calibration_path,
     num = gpus if gpus is not None else (nodes or 1) * cluster.gpus_per_node
     if num < 2:
         raise InputError("gpus", num, "a collective needs at least 2 ranks")
-    if num > cluster.gpus_per_node:
-        check_fabric(cluster, num, extrapolate_fabric)
+    if num > cluster.gpus_per_node:  # the rule of every command (ClusterSpec.check_fabric), named as the user gave the group
+        cluster.check_fabric(num, extrapolate_fabric, *(("nodes", nodes) if nodes is not None else ("gpus", num)))
         cluster = cluster.with_gpus(num)
     group = place_group(num, 1, cluster.gpus_per_node)
     if calibration_path:

@@ -165,9 +165,11 @@ def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapo
     cluster = described = load_cluster(cluster_name)
     if gpus is not None:
         cluster = described.with_gpus(gpus, beyond_fabric=extrapolate_fabric)
-        if gpus > described.fabric_num_gpus:
-            note(f"--extrapolate-fabric: {gpus:,} GPUs on {cluster.name}, whose fabric describes "
-                 f"{described.fabric_num_gpus:,}; its top tier is assumed to repeat")
+    else:  # the file's own size: a num_nodes beyond its top tier is as far beyond the fabric as such a --gpus
+        described.check_fabric(described.num_gpus, extrapolate_fabric, "cluster.num_nodes", described.num_nodes)
+    if cluster.num_gpus > described.fabric_num_gpus:
+        note(f"--extrapolate-fabric: {cluster.num_gpus:,} GPUs on {cluster.name}, whose fabric describes "
+             f"{described.fabric_num_gpus:,}; its top tier is assumed to repeat")
     return model, cluster
 
 

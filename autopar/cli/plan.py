@@ -280,6 +280,8 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
     if lr0 is not None:
         learning_rate = (_positive(lr0, "lr0"), parse_tokens_binary(batch0, "batch0"), optimizer)
     constraints = Constraints(parse_days(deadline), parse_amount(budget, "budget", money=True) if budget else None, objective)
+    if not gpus_text:  # the default counts run up to the file's size: a num_nodes beyond its top tier is refused as in search
+        cluster.check_fabric(cluster.num_gpus, extrapolate_fabric, "cluster.num_nodes", cluster.num_nodes)
     return PlanRequest(
         model=model, cluster=cluster, seq_len=seq_len, precision=Precision(precision), tokens=token_count,
         gpu_counts=parse_gpus(gpus_text, cluster.num_gpus, cluster.gpus_per_node),

@@ -231,9 +231,28 @@ class ClusterSpec(_Strict):
 
     @property
     def fabric_num_gpus(self) -> int:
-        """GPUs the file's fabric describes: its nodes, or as many as its top tier reaches."""
-        nodes = max([self.num_nodes] + [t.num_nodes for t in self.tiers])
+        """GPUs the file's fabric describes: as many as its top tier reaches when it has tiers (a
+        num_nodes above that is beyond the described fabric: nothing says how those nodes are
+        wired), else its num_nodes. The one rule of every command (check_fabric)."""
+        nodes = self.tiers[-1].num_nodes if self.tiers else self.num_nodes  # tiers go innermost first (_check)
         return nodes * self.gpus_per_node
+
+    def check_fabric(self, num_gpus: int, beyond_fabric: bool, option: str = "gpus", value: object = None) -> None:
+        """Refuse num_gpus beyond fabric_num_gpus unless beyond_fabric (--extrapolate-fabric: the
+        top tier is assumed to repeat); the error names `option` (default: gpus) and `value`
+        (default: num_gpus), and the file's num_nodes when that is what lies beyond its tiers."""
+        if beyond_fabric or num_gpus <= self.fabric_num_gpus:
+            return
+        if not self.tiers:
+            where = f"num_nodes={self.num_nodes:,}, no tiers above the node"
+        else:
+            top = self.tiers[-1]
+            where = f"top tier {top.name}: {top.num_nodes:,} nodes"
+            if self.num_nodes > top.num_nodes:
+                where += f"; its num_nodes={self.num_nodes:,} lies beyond the top tier"
+        raise InputError(option, num_gpus if value is None else value,
+                         f"cluster {self.name} describes a fabric of {self.fabric_num_gpus:,} GPUs ({where}); pass --extrapolate-fabric "
+                         + ("to assume its top tier repeats" if self.tiers else "to assume more such nodes on its network"))
 
     @property
     def physical_gpus_per_node(self) -> int:
@@ -261,10 +280,7 @@ class ClusterSpec(_Strict):
             raise InputError("gpus", num_gpus, "must be a positive integer")
         if num_gpus > MAX_GPUS:
             raise InputError("gpus", num_gpus, f"must be at most {MAX_GPUS:,} (autopar.limits: 5x the largest GPU cluster built by 2025)")
-        if not beyond_fabric and num_gpus > self.fabric_num_gpus:
-            top = f"top tier {self.tiers[-1].name}: {self.tiers[-1].num_nodes:,} nodes" if self.tiers else "no tiers above the node"
-            raise InputError("gpus", num_gpus, f"cluster {self.name} describes a fabric of {self.fabric_num_gpus:,} GPUs ({top}); "
-                             "pass --extrapolate-fabric to assume its top tier repeats")
+        self.check_fabric(num_gpus, beyond_fabric)
         if num_gpus <= self.gpus_per_node:
             return self._part_of_node(num_gpus, 1)
         if num_gpus % self.gpus_per_node:
