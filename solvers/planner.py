@@ -65,6 +65,7 @@ class PlanRequest:
     full_space: bool = False  # False: PLACEMENT_PINS unless --fix names them
     extrapolate_fabric: bool = False  # allow counts beyond the cluster file's fabric (its top tier repeated)
     per_stage: bool = True  # search's per-stage step (its defaults, stage_search.search_defaults) at every point; False: balanced plans only
+    ramp_text: tuple[str, ...] = ()  # fleet.ramp's steps as the user wrote them (4M@2.87T), echoed by its errors; empty: shown as numbers
 
 
 def planning_options(options: SpaceOptions, full_space: bool) -> SpaceOptions:
@@ -206,11 +207,14 @@ def run_plan(req: PlanRequest) -> PlanReport:
             raise InputError("batch-tokens", b, f"must be a multiple of seq-len={req.seq_len}")
         if b > cap:
             raise InputError("batch-tokens", b, f"exceeds the critical batch {cap:,.0f} tokens ({source})")
-    for b, until in (req.fleet.ramp if req.fleet else ()):
+    for i, (b, until) in enumerate(req.fleet.ramp if req.fleet else ()):
+        # the step the user typed (2.87T, not 2,870,000,000,000), its numbers beside the rule
+        shown = req.ramp_text[i] if i < len(req.ramp_text) else f"{b:,}@{until:,.0f}"
         if until >= req.tokens:
-            raise InputError("ramp", f"{until:,.0f}", f"a ramp step must end before the run's --tokens {req.tokens:,.0f}")
+            raise InputError("ramp", shown, f"a ramp step must end before the run's --tokens {req.tokens:,.0f} "
+                             f"(this one ends at {until:,.0f})")
         if b > cap:
-            raise InputError("ramp", b, f"batch exceeds the critical batch {cap:,.0f} tokens ({source})")
+            raise InputError("ramp", shown, f"batch {b:,} tokens exceeds the critical batch {cap:,.0f} tokens ({source})")
     # as search: a count the fabric does not describe needs --extrapolate-fabric
     clusters = [req.cluster.with_gpus(n, beyond_fabric=req.extrapolate_fabric) for n in sorted(set(req.gpu_counts))]
     fleet = req.fleet or FleetInputs(req.cluster.mtbf_hours_per_gpu, None, req.cluster.restart_seconds)

@@ -91,7 +91,7 @@ def parse_ramp(text: str | None, seq_len: int) -> tuple[tuple[int, float], ...]:
     if not text:
         return ()
     steps, last = [], 0.0
-    for item in text.split(","):
+    for item in (piece.strip() for piece in text.split(",")):
         if "@" not in item:
             raise InputError("ramp", item, "each step is BATCH@UNTIL_TOKENS, e.g. 4M@252M")
         batch_text, until_text = item.split("@", 1)
@@ -290,4 +290,4 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,
         options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space, extrapolate_fabric=extrapolate_fabric,
-        per_stage=per_stage)
+        per_stage=per_stage, ramp_text=tuple(item.strip() for item in ramp.split(",")) if ramp else ())

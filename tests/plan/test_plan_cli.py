@@ -201,7 +201,13 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
     (["--tokens", "1T", "--mtbf-hours-per-gpu", "-1"], "Error: mtbf-hours-per-gpu=-1.0: must be a positive, finite number"),
     # as search: dgx-h100's fabric is 2,048 nodes of 8 (its core tier)
     (["--tokens", "1T", "--gpus", "8,32768"], "Error: gpus=32768: cluster dgx-h100 describes a fabric of 16,384 GPUs"),
-    (["--tokens", "1T", "--ramp", "4M@2T"], "Error: ramp='2,000,000,000,000': a ramp step must end before the run's --tokens"),
+    # the step as typed, not its token count (ramp='2,870,000,000,000'), the numbers in the rule
+    (["--tokens", "1T", "--ramp", "4M@2T"], "Error: ramp='4M@2T': a ramp step must end before the run's --tokens 1,000,000,000,000 "
+                                            "(this one ends at 2,000,000,000,000)\n"),
+    (["--tokens", "1T", "--ramp", "4M@252M, 8M@2.87T"], "Error: ramp='8M@2.87T': a ramp step must end before the run's --tokens "
+                                                        "1,000,000,000,000 (this one ends at 2,870,000,000,000)\n"),
+    # 64M tokens per step is above DeepSeek LLM's B_opt for 8B x 1T (7.7M): shown as typed, not ramp=67108864
+    (["--tokens", "1T", "--ramp", "64M@252M"], "Error: ramp='64M@252M': batch 67,108,864 tokens exceeds the critical batch 7,679,908 tokens"),
     (["--tokens", "1M", "--batch-tokens", "4M"], "Error: batch-tokens='4,194,304': exceeds the whole run of --tokens 1,000,000"),
     # --fix as in search: the field, the value and the rule
     (["--tokens", "1T", "--fix", "ep=8"], "Error: fix.ep=8: expert parallelism needs a MoE model (llama3-8b has no experts)"),
