@@ -174,6 +174,7 @@ class ClusterSpec(_Strict):
     calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
     _physical_gpus_per_node: int | None = PrivateAttr(None)  # set by with_gpus when it takes part of a node
+    _file_num_nodes: int | None = PrivateAttr(None)  # the file's num_nodes, kept by with_gpus for fabric_num_gpus
     # -- fleet-level fields for `autopar plan` (goodput, checkpoints, energy) --
     mtbf_hours_per_node: float | None = Field(
         None, gt=0, description="Mean time between failures of one node's non-GPU parts (host, NICs, PSUs), hours; null = included in mtbf_hours_per_gpu")
@@ -234,8 +235,10 @@ class ClusterSpec(_Strict):
         """GPUs the file's fabric describes: as many as its top tier reaches when it has tiers (a
         num_nodes above that is beyond the described fabric: nothing says how those nodes are
         wired), else its num_nodes. The one rule of every command (check_fabric)."""
-        nodes = self.tiers[-1].num_nodes if self.tiers else self.num_nodes  # tiers go innermost first (_check)
-        return nodes * self.gpus_per_node
+        nodes = self.tiers[-1].num_nodes if self.tiers else self._file_num_nodes or self.num_nodes  # tiers go innermost first (_check)
+        # the file's, also once with_gpus resized it: a job on part of a node (gpus_per_node the
+        # part, num_nodes 1) runs on a fabric of whole nodes
+        return nodes * self.physical_gpus_per_node
 
     def check_fabric(self, num_gpus: int, beyond_fabric: bool, option: str = "gpus", value: object = None) -> None:
         """Refuse num_gpus beyond fabric_num_gpus unless beyond_fabric (--extrapolate-fabric: the
@@ -243,13 +246,14 @@ class ClusterSpec(_Strict):
         (default: num_gpus), and the file's num_nodes when that is what lies beyond its tiers."""
         if beyond_fabric or num_gpus <= self.fabric_num_gpus:
             return
+        file_nodes = self._file_num_nodes or self.num_nodes
         if not self.tiers:
-            where = f"num_nodes={self.num_nodes:,}, no tiers above the node"
+            where = f"num_nodes={file_nodes:,}, no tiers above the node"
         else:
             top = self.tiers[-1]
             where = f"top tier {top.name}: {top.num_nodes:,} nodes"
-            if self.num_nodes > top.num_nodes:
-                where += f"; its num_nodes={self.num_nodes:,} lies beyond the top tier"
+            if file_nodes > top.num_nodes:
+                where += f"; its num_nodes={file_nodes:,} lies beyond the top tier"
         raise InputError(option, num_gpus if value is None else value,
                          f"cluster {self.name} describes a fabric of {self.fabric_num_gpus:,} GPUs ({where}); pass --extrapolate-fabric "
                          + ("to assume its top tier repeats" if self.tiers else "to assume more such nodes on its network"))
@@ -281,6 +285,11 @@ class ClusterSpec(_Strict):
         if num_gpus > MAX_GPUS:
             raise InputError("gpus", num_gpus, f"must be at most {MAX_GPUS:,} (autopar.limits: 5x the largest GPU cluster built by 2025)")
         self.check_fabric(num_gpus, beyond_fabric)
+        resized = self._resized(num_gpus)
+        resized._file_num_nodes = self._file_num_nodes or self.num_nodes
+        return resized
+
+    def _resized(self, num_gpus: int) -> "ClusterSpec":
         if num_gpus <= self.gpus_per_node:
             return self._part_of_node(num_gpus, 1)
         if num_gpus % self.gpus_per_node:

@@ -74,3 +74,23 @@ def test_no_preset_lies_beyond_its_own_fabric(preset):
     cluster = load_cluster(preset)
     cluster.check_fabric(cluster.num_gpus, beyond_fabric=False)
     assert cluster.fabric_num_gpus >= cluster.num_gpus
+
+
+@pytest.mark.parametrize("preset, gpus, fabric", [
+    ("pcie-workstation", 2, 4),     # one 4-GPU node, no tiers: the file's node, not the job's 2-GPU part of it
+    ("pcie-workstation", 4, 4),
+    ("dgx-h100", 4, 2048 * 8),      # the core tier's 2,048 nodes of 8 GPUs, not of the job's 4
+    ("dgx-h100", 64, 2048 * 8),
+    ("gb200-nvl72", 256, 128 * 72),  # 4 x 64-GPU domains of 72-GPU racks: the top tier's 128 racks of 72
+])
+def test_a_resized_cluster_keeps_its_files_fabric(preset, gpus, fabric):
+    assert load_cluster(preset).with_gpus(gpus).fabric_num_gpus == fabric
+
+
+def test_the_way_out_of_part_of_a_node_names_the_files_fabric():
+    # LLaMA-3 8B on 2 of the workstation's 4 GPUs: the hint said "describes 2 GPUs", the job's
+    # part of the node, when --gpus 4 runs without the flag; the file describes 4
+    r = CliRunner().invoke(main, ["search", "--model", "llama3-8b", "--cluster", "pcie-workstation", "--gpus", "2", "--seq-len", "2048",
+                                  "--global-batch", "16"])
+    assert r.exit_code == 1
+    assert r.output.strip().endswith("nearest change: --gpus 16 --extrapolate-fabric fits (cluster pcie-workstation describes 4 GPUs)")
