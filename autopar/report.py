@@ -113,7 +113,12 @@ def estimate_table(e: Estimate, title: str = "") -> str:
     for key, value in e.memory_breakdown.items():
         if value:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
-    lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {gb_gib(e.memory_capacity_bytes)}")
+    if e.memory_headroom_bytes:
+        hbm = e.memory_capacity_bytes + e.memory_headroom_bytes
+        limit = f"{e.memory_capacity_bytes / 1e9:.1f} GB usable ({hbm / 1e9:.1f} GB HBM less {e.memory_headroom_bytes / 1e9:.1f} GB headroom)"
+    else:
+        limit = gb_gib(e.memory_capacity_bytes)
+    lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {limit}")
     if e.host_memory_bytes_per_gpu:
         room = f"of {e.host_memory_capacity_bytes / 1e9:g} GB host share" if e.host_memory_capacity_bytes else "host capacity unknown"
         lines.append(f"  {'offloaded to host (pinned)':<30} {_gb(e.host_memory_bytes_per_gpu)}  {room}; not in the total")

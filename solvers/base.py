@@ -68,8 +68,8 @@ def rank_order(values: np.ndarray, memory_bytes: np.ndarray) -> np.ndarray:
 
 
 def feasible(batch: Batch, memory_bytes: np.ndarray) -> np.ndarray:
-    """Fits in HBM; tp inside the NVLink domain (the space keeps it there unless allowed)."""
-    return memory_bytes <= batch.cluster.gpu.hbm_bytes
+    """Fits in usable HBM (less the cluster's memory headroom); tp inside the NVLink domain (the space keeps it there unless allowed)."""
+    return memory_bytes <= batch.cluster.usable_hbm_bytes
 
 
 @dataclass

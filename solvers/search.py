@@ -246,9 +246,10 @@ def _row(tab, i: int) -> dict:
 def explain_infeasible(req: SearchRequest, batch: Batch, ranking: Ranking) -> str:
     """The smallest memory need and the nearest change that makes something fit."""
     row = ranking.min_memory_row
-    need, hbm = ranking.min_memory_bytes or 0.0, batch.cluster.gpu.hbm_bytes
+    need, cluster = ranking.min_memory_bytes or 0.0, batch.cluster
     plan: Plan = batch.tab.plan(row)
-    msg = f"no plan fits: smallest memory need is {need / 1e9:.1f} GB per GPU at {plan.text()}; HBM is {gb_gib(hbm)}"
+    limit = f"HBM is {gb_gib(cluster.gpu.hbm_bytes)}" if not cluster.memory_headroom_gb else f"the limit is {cluster.hbm_limit_text()}"
+    msg = f"no plan fits: smallest memory need is {need / 1e9:.1f} GB per GPU at {plan.text()}; {limit}"
     return msg + "; " + _nearest_fix(req)
 
 

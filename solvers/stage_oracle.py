@@ -62,7 +62,7 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, param
         tab.layout = np.asarray([intern(rank_layout(list(layers), sc.vpp, mtp, k).text()) for layers, _ in chunk])
         tab.rc_stages = np.asarray([intern(counts) for _, counts in chunk])
         res = evaluate(Batch(model, cluster, training, params, tab))
-        fits = np.flatnonzero(res.memory_bytes <= cluster.gpu.hbm_bytes)
+        fits = np.flatnonzero(res.memory_bytes <= cluster.usable_hbm_bytes)
         if not len(fits):
             continue
         recomputed = res.stage_recomputed_layers[:, :pp]

@@ -54,6 +54,9 @@ class SweepSpec(StrictModel):
     top_k: int = Field(5, gt=0, le=MAX_TOP_K, description="Plans ranked per case")
     threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
     extrapolate_fabric: bool = Field(False, description="Allow GPU counts beyond the cluster file's fabric (its top tier repeats)")
+    memory_headroom: str | float = Field(
+        0, description="HBM per GPU kept free of every case's plan, as search --memory-headroom: a size (8GB, 6GiB, 8e9 bytes) "
+        "or a percentage of HBM (10%); 0 = each cluster file's memory_headroom_gb")
     per_stage: bool = Field(True, description="Per-stage layers and recompute of the top cores, as `autopar search` solves them by "
                             "default (its --per-stage-cores and --per-stage-seconds); false ranks balanced plans only, faster")
 
@@ -103,10 +106,19 @@ def load_sweep(path: str | Path) -> SweepSpec:
     for name in spec.models:
         load_model(name)
     for name in spec.clusters:
-        cluster = load_cluster(name)
+        cluster = case_cluster(load_cluster(name), spec)
         for gpus in spec.gpus:
             cluster.with_gpus(gpus, beyond_fabric=spec.extrapolate_fabric)
     return spec
+
+
+def case_cluster(cluster, spec: SweepSpec):
+    """The cluster with the sweep's memory_headroom (none given: the file's own); a bad value is
+    an InputError naming sweep.memory_headroom."""
+    from autopar.cli.common import parse_memory_headroom
+
+    headroom = parse_memory_headroom(spec.memory_headroom, cluster, "sweep.memory_headroom")
+    return cluster.with_memory_headroom(headroom) if headroom else cluster
 
 
 def case_id(model: str, cluster: str, gpus: int, seq_len: int, global_batch: int) -> str:
@@ -153,7 +165,7 @@ def run_case(case: dict[str, Any], spec_data: dict[str, Any], overrides: dict[st
     record = dict(case)
     try:
         model = load_model(case["model"])
-        cluster = load_cluster(case["cluster"]).with_gpus(case["gpus"], beyond_fabric=spec.extrapolate_fabric)
+        cluster = case_cluster(load_cluster(case["cluster"]), spec).with_gpus(case["gpus"], beyond_fabric=spec.extrapolate_fabric)
         training = TrainingSpec(seq_len=case["seq_len"], global_batch_size=case["global_batch"], precision=spec.precision,
                                 stack=spec.stack)
         params = apply_overrides(params_for_cluster(cluster), overrides)
@@ -179,7 +191,7 @@ def _best(output) -> dict[str, Any]:
     return dict(
         solver=output.results.search.solver, num_feasible=output.results.search.num_feasible,
         best_plan=best.plan, step_seconds=best.step_seconds, tokens_per_second_per_gpu=best.tokens_per_second_per_gpu,
-        mfu=best.mfu, memory_gb=best.memory_bytes_per_gpu / 1e9, hbm_gb=best.memory_capacity_bytes / 1e9,
+        mfu=best.mfu, memory_gb=best.memory_bytes_per_gpu / 1e9, hbm_gb=(best.memory_capacity_bytes + best.memory_headroom_bytes) / 1e9,
         bottleneck=best.bottleneck.value, time_breakdown=best.time_breakdown,
         top=[dict(plan=p.estimate.plan, step_seconds=p.estimate.step_seconds, memory_gb=p.estimate.memory_bytes_per_gpu / 1e9)
              for p in plans[:TOP_PLANS_KEPT]],

@@ -119,7 +119,49 @@ def _suffixes(size_bytes: bool, binary: bool, money: bool = False) -> str:
     return f"K/M/G/T/P or B (= G{', powers of two' if binary else ', billion'}) or Ki/Mi/Gi/Ti/Pi"
 
 
+MEMORY_HEADROOM_HELP = ("HBM per GPU to keep free of the plan: a size (8GB, 6GiB, 8e9 bytes) or a percentage of HBM (10%); "
+                        "every plan must fit in HBM less this. Default: the cluster file's memory_headroom_gb, else 0")
+
+
+def memory_headroom_option(f: Callable) -> Callable:
+    return click.option("--memory-headroom", default=None, help=MEMORY_HEADROOM_HELP)(f)
+
+
+def parse_memory_headroom(value: str | float | int, cluster: ClusterSpec, field: str = "memory-headroom") -> float:
+    """A memory headroom in bytes: a size ('8GB', '6GiB', '8e9' bytes; parse_quantity's byte
+    suffixes) or a percentage of the GPU's HBM ('10%'); at least 0 and below the HBM."""
+    from autopar.specs.hardware import gb_gib
+
+    hbm = cluster.gpu.hbm_bytes
+    rule = (f"must be a size from 0 to below the {cluster.gpu.name}'s HBM of {gb_gib(hbm)} (8GB, 6GiB, 8e9 bytes) "
+            "or a percentage of HBM from 0% to below 100% (10%)")
+    text = str(value).strip()
+    try:
+        if isinstance(value, bool):
+            raise InputError(field, value, rule)
+        if text.endswith("%"):
+            number = text[:-1].strip()
+            if not _NUMBER.fullmatch(number.lower()) or _NUMBER.fullmatch(number.lower())["suffix"]:
+                raise InputError(field, value, rule)
+            headroom = float(number) / 100 * hbm
+        else:
+            headroom = parse_quantity(text, field, size_bytes=True)
+    except InputError:
+        raise InputError(field, value, rule) from None
+    if not (math.isfinite(headroom) and 0 <= headroom < hbm):
+        raise InputError(field, value, rule)
+    return headroom
+
+
+def apply_memory_headroom(cluster: ClusterSpec, value: str | float | int | None, field: str = "memory-headroom") -> ClusterSpec:
+    """The cluster with --memory-headroom in place of its file's memory_headroom_gb (None: the file's)."""
+    if value is None:
+        return cluster
+    return cluster.with_memory_headroom(parse_memory_headroom(value, cluster, field))
+
+
 def model_cluster_options(f: Callable) -> Callable:
+    f = memory_headroom_option(f)
     f = click.option("--extrapolate-fabric", is_flag=True,
                      help="Allow more GPUs than the cluster file's fabric describes (its top tier is assumed to repeat)")(f)
     f = click.option("--gpus", type=int, default=None, help="Total GPUs (whole nodes); default: the cluster file's size")(f)
@@ -158,7 +200,8 @@ def training_options(f: Callable) -> Callable:
     return f
 
 
-def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapolate_fabric: bool = False) -> tuple[ModelSpec, ClusterSpec]:
+def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapolate_fabric: bool = False,
+                   memory_headroom: str | None = None) -> tuple[ModelSpec, ClusterSpec]:
     from autopar.specs import load_cluster, load_model
 
     model = load_model(model_name)
@@ -167,6 +210,7 @@ def resolve_inputs(model_name: str, cluster_name: str, gpus: int | None, extrapo
         cluster = described.with_gpus(gpus, beyond_fabric=extrapolate_fabric)
     else:  # the file's own size: a num_nodes beyond its top tier is as far beyond the fabric as such a --gpus
         described.check_fabric(described.num_gpus, extrapolate_fabric, "cluster.num_nodes", described.num_nodes)
+    cluster = apply_memory_headroom(cluster, memory_headroom)
     if cluster.num_gpus > described.fabric_num_gpus:
         note(f"--extrapolate-fabric: {cluster.num_gpus:,} GPUs on {cluster.name}, whose fabric describes "
              f"{described.fabric_num_gpus:,}; its top tier is assumed to repeat")

@@ -16,14 +16,14 @@ from autopar.cli.common import (checked_plan, dump_json, flush_notes, model_clus
 @click.option("--no-flash", is_flag=True, help="Unfused attention (stores the score matrix)")
 @click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain (as in search): such a plan is judged by memory alone")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
-def estimate(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
+def estimate(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
              moe_routing, fp8_param_gather, plan_text, no_flash, allow_tp_across_nodes, as_json):
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
     from autopar.report import estimate_table
     from autopar.specs.costparams import params_for_cluster
 
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing,
                                 fp8_param_gather=fp8_param_gather)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autopar.cli import main
-from autopar.cli.common import DIGIT_SEPARATORS, DIGIT_SEPARATORS_RULE, PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_amount, parse_count, parse_quantity, write_atomic
+from autopar.cli.common import DIGIT_SEPARATORS, DIGIT_SEPARATORS_RULE, apply_memory_headroom, memory_headroom_option, PLAN_OBJECTIVES, PRECISIONS, dump_json, parse_amount, parse_count, parse_quantity, write_atomic
 from autopar.fix import parse_fix
 from autopar.errors import InputError
 
@@ -215,6 +215,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 @click.option("--fix", "fix_text", default=None, help="Pin layout dimensions in every search, e.g. recompute=full")
 @click.option("--extrapolate-fabric", is_flag=True,
               help="Allow GPU counts beyond the cluster file's fabric, assuming its top tier repeats")
+@memory_headroom_option
 @click.option("--full-space", is_flag=True, help="Also vary the rank order and the CP algorithm (pinned to Megatron's defaults otherwise)")
 @click.option("--per-stage/--no-per-stage", default=True, show_default=True,
               help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
@@ -224,7 +225,7 @@ def write_outputs(report: PlanReport, out_dir: str, deadline: float | None, budg
 def plan(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens, gradient_noise,
          ramp, deadline,
          budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer, fix_text, full_space,
-         extrapolate_fabric, per_stage, workers, as_json, out_dir):
+         extrapolate_fabric, memory_headroom, per_stage, workers, as_json, out_dir):
     """From a token budget to GPUs, batch, layout, days, dollars and MWh (failures priced in)."""
     from autopar.report import human_count, plural
     from solvers.planner import run_plan
@@ -253,7 +254,8 @@ def _positive(value: float | None, field: str) -> float | None:
 
 def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precision, batch_tokens, batches, critical_batch_tokens,
                   gradient_noise, ramp, deadline, budget, objective, mtbf_hours_per_gpu, checkpoint_write_seconds, restart_seconds, lr0, batch0, optimizer,
-                  fix_text, workers, full_space=False, extrapolate_fabric=False, per_stage=True, **_unused) -> PlanRequest:
+                  fix_text, workers, full_space=False, extrapolate_fabric=False, per_stage=True, memory_headroom=None,
+                  **_unused) -> PlanRequest:
     """Command-line values -> PlanRequest; every bad value raises InputError naming its option."""
     from autopar.space import SpaceOptions
     from autopar.specs import Precision, load_cluster, load_model
@@ -266,6 +268,7 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
     if batches <= 0 or workers <= 0:
         raise InputError("batches" if batches <= 0 else "workers", batches if batches <= 0 else workers, "must be a positive integer")
     model, cluster = load_model(model_name), load_cluster(cluster_name)
+    cluster = apply_memory_headroom(cluster, memory_headroom)
     token_count = parse_amount(tokens, "tokens")
     _positive(mtbf_hours_per_gpu, "mtbf-hours-per-gpu")
     if checkpoint_write_seconds is not None and not (math.isfinite(checkpoint_write_seconds) and checkpoint_write_seconds >= 0):

@@ -29,7 +29,7 @@ def _table(output, references: list[str], objective: str = "throughput") -> str:
 
     res = output.results
     cluster = res.inputs.cluster
-    hbm = cluster.gpu.hbm_bytes
+    hbm = cluster.usable_hbm_bytes  # the limit plans are held to: HBM less the memory headroom
     priced = objective == "cost"  # the search refused a cluster without a price
     lines = [f"{'rank':>4} {'step s':>9} {'tokens/s':>12} {'MFU':>6} {f'mem/{_fmt_gb(hbm)} GB':>11} "
              + (f"{'$/step':>9} " if priced else "") + f"{'bottleneck':<13} plan"]
@@ -54,7 +54,8 @@ def _table(output, references: list[str], objective: str = "throughput") -> str:
         lines += ["", f"best plan: {best.plan}"]
         top = sorted(((v, k) for k, v in best.time_breakdown.items() if v), reverse=True)[:4]
         lines.append("  where the step goes: " + ", ".join(f"{k} {100 * v / best.step_seconds:.0f}%" for v, k in top))
-        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {gb_gib(hbm)} HBM per GPU "
+        limit = f"{gb_gib(hbm)} HBM" if not cluster.memory_headroom_gb else cluster.hbm_limit_text()
+        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {limit} per GPU "
                      f"({100 * best.memory_bytes_per_gpu / hbm:.0f}%)")
         if priced:
             lines.append(_cost_line(best, cluster, res.inputs.training))
@@ -188,7 +189,7 @@ def _progress(as_json: bool):
               help="Solve the layers and recomputed layers of every pipeline stage of the top cores exactly (CP-SAT)")
 @click.option("--per-stage-cores", type=int, default=PER_STAGE_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
 @click.option("--per-stage-seconds", type=float, default=PER_STAGE_SECONDS, show_default=True, help="Wall-clock cap on the per-stage step, seconds: cores it does not reach are skipped, so a cap that binds makes the ranking depend on the machine's speed")
-def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
+def search(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
            moe_routing, fp8_param_gather, objective, top_k,
            solver, fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, framework, as_json, out,
            emit_format, emit_dir, per_stage, per_stage_cores, per_stage_seconds):
@@ -208,7 +209,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_b
     # chosen for the user, and an --emit-dir alone wrote nothing and said nothing
     if emit_format is None and click.get_current_context().get_parameter_source("emit_dir") is not ParameterSource.DEFAULT:
         raise InputError("emit-dir", emit_dir, f"is where --emit writes; give --emit {'|'.join(FRAMEWORKS)} too (nothing is written without it)")
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom)
     params = params_for_cluster(cluster)
     critical = parse_count(max_gbs_tokens, "max-gbs-tokens", binary=True) if max_gbs_tokens else None
     framework = resolve_framework(framework, emit_format)

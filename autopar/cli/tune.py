@@ -89,7 +89,7 @@ def _progress(t: dict) -> None:
 @click.option("--timeout", "timeout_seconds", type=float, default=None, help="Seconds before a trial counts as failed")
 @click.option("--emit", "emit_format", type=click.Choice(FRAMEWORKS), default=None,
               help="Start from plans this framework runs and write each trial's launcher to TRIAL_DIR/launch")
-def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
+def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
                  moe_routing, fp8_param_gather, trial_cmd,
                  num_trials, storage, study_name, out_dir, top_k, fix_text, seed, timeout_seconds, emit_format):
     """Refine the best predicted plans against measured step times (Optuna study).
@@ -103,7 +103,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, seq_len, gl
     from solvers.refine import check_study_inputs, check_study_params, choices, distributions, stamp_study, study_inputs
     from solvers.tune import TuneRequest, best_measured, check_options, queued_trials, trial_rows, tune
 
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric)
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom)
     params = params_for_cluster(cluster)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, emit_format, fp8_recipe,
                                 moe_routing=moe_routing, fp8_param_gather=fp8_param_gather)

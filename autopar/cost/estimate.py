@@ -36,8 +36,10 @@ def tp_span_reason(tp: int) -> str:
 
 def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, cluster: ClusterSpec, plan: Plan) -> list[str]:
     reasons = []
-    if memory_bytes > cluster.gpu.hbm_bytes:
-        reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, HBM is {gb_gib(cluster.gpu.hbm_bytes)}")
+    if memory_bytes > cluster.usable_hbm_bytes:
+        limit = (f"HBM is {gb_gib(cluster.gpu.hbm_bytes)}" if not cluster.memory_headroom_gb else
+                 f"the limit is {cluster.hbm_limit_text()} (memory headroom)")
+        reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, {limit}")
     host_capacity = cluster.host_memory_bytes_per_gpu
     if host_capacity is not None and host_bytes > host_capacity:
         reasons.append(f"host memory: activation offloading puts {host_bytes / 1e9:.1f} GB per GPU in pinned host memory, "
@@ -74,7 +76,8 @@ def to_estimate(batch: Batch, result: StepResult, i: int) -> Estimate:
         model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,
         mfu=model_flops / step / peak, hfu=float(result.hardware_flops[i]) / step / peak, mfu_causal=causal_flops / step / peak,
         bubble_fraction=time["pipeline_bubble"] / pipeline if pipeline else 0.0,
-        memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.gpu.hbm_bytes,
+        memory_bytes_per_gpu=float(result.memory_bytes[i]), memory_capacity_bytes=cluster.usable_hbm_bytes,
+        memory_headroom_bytes=cluster.memory_headroom_bytes,
         host_memory_bytes_per_gpu=float(result.host_bytes[i]),
         host_memory_capacity_bytes=cluster.host_memory_bytes_per_gpu,
         worst_stage=int(result.worst_stage[i]), memory_breakdown=memory, time_breakdown=time,

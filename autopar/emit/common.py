@@ -160,7 +160,8 @@ def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[st
         f"layout:   dp={est.dp}, {est.num_microbatches} micro-batches per step, stage layers {est.stage_layers}",
         f"predicted ({training.stack.value} stack) step time {est.step_seconds:.3f} s, {est.tokens_per_second:,.0f} tokens/s, "
         f"MFU {100 * est.mfu:.1f}%, "
-        f"memory {mem_gb:.2f} GB per GPU of {cap_gb:.2f} GB",
+        f"memory {mem_gb:.2f} GB per GPU of {cap_gb:.2f} GB"
+        + (f" usable ({est.memory_headroom_bytes / GB:.2f} GB headroom kept free)" if est.memory_headroom_bytes else ""),
     ]
     runs = FRAMEWORK_STACKS.get(framework, ())
     if runs and training.stack.value not in runs:

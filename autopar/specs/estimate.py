@@ -63,7 +63,10 @@ class Estimate(BaseModel):
                                      "equal to mfu for a model without causal attention")
     bubble_fraction: float = Field(description="Pipeline bubble / pipeline time")
     memory_bytes_per_gpu: float = Field(description="Peak memory over stages, bytes")
-    memory_capacity_bytes: float = Field(description="HBM per GPU, bytes")
+    memory_capacity_bytes: float = Field(description="HBM per GPU a plan may fill, bytes: the GPU's HBM less memory_headroom_bytes "
+                                         "(the usable part; feasible compares memory_bytes_per_gpu with it)")
+    memory_headroom_bytes: float = Field(0.0, description="HBM per GPU kept free (cluster memory_headroom_gb or --memory-headroom), bytes; "
+                                         "memory_capacity_bytes + memory_headroom_bytes is the GPU's physical HBM")
     host_memory_bytes_per_gpu: float = Field(0.0, description="Activations offloaded to host memory at their peak (plan offload_modules), "
                                              "bytes per GPU; not part of memory_bytes_per_gpu")
     host_memory_capacity_bytes: float | None = Field(None, description="The GPU's share of its node's host memory (cluster host_memory_gb_per_gpu), bytes; null = unknown")

@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
 from autopar.errors import InputError, ProfileNotFound
 from autopar.limits import MAX_GPUS, MAX_NIC_GB_PER_S_PER_GPU
@@ -171,6 +171,11 @@ class ClusterSpec(_Strict):
     host_memory_gb_per_gpu: float | None = Field(
         None, gt=0, description="Each GPU's share of its node's CPU (host) memory, GB: the room activation offloading has; null = unknown (not checked)")
     mtbf_hours_per_gpu: float = Field(50_000.0, gt=0, description="Mean time between failures of one GPU (with its share of node), hours")
+    memory_headroom_gb: float = Field(
+        0.0, ge=0, allow_inf_nan=False,
+        description="HBM per GPU kept free of the plan, GB (1e9 bytes): an operator's reserve for other processes, a MIG slice, "
+        "the allocator's fragmentation, the memory model's own error. Every feasibility check compares a plan's peak with "
+        "usable_hbm_bytes = HBM less this; --memory-headroom overrides it. 0 = the whole HBM")
     calibration: str | None = Field(None, description="Path of a fitted calibration profile (YAML)")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each number comes from")
     _physical_gpus_per_node: int | None = PrivateAttr(None)  # set by with_gpus when it takes part of a node
@@ -213,14 +218,49 @@ class ClusterSpec(_Strict):
         if link is not None and self.intra_node.bandwidth_gb_per_s > link * (1 + 1e-9):
             raise ValueError(f"intra_node.bandwidth_gb_per_s={self.intra_node.bandwidth_gb_per_s}: exceeds gpu {self.gpu.name}'s "
                              f"{self.intra_node.kind.value} rate of {link} GB/s per direction (GB/s, not Gb/s)")
+        if self.memory_headroom_bytes >= self.gpu.hbm_bytes:
+            raise ValueError(f"memory_headroom_gb={self.memory_headroom_gb:g}: must be below the {self.gpu.name}'s HBM of "
+                             f"{gb_gib(self.gpu.hbm_bytes)} (it is the part of HBM kept free, in GB)")
         if self.intra_node.kind == LinkKind.nvlink and self.gpu.nvlink_gb_per_s is None and self.gpus_per_node > 1:
             raise ValueError(f"intra_node.kind=nvlink: gpu {self.gpu.name} has no node-wide NVLink (a PCIe card): "
                              f"give intra_node kind pcie at its PCIe rate ({self.gpu.pcie_gb_per_s} GB/s per direction)")
         return self
 
+    @model_serializer(mode="wrap")
+    def _without_zero_headroom(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No headroom is left out of a dump, so that results, sweep folders' and tune studies'
+        fingerprints of a cluster without one are those written before the field existed."""
+        data = handler(self)
+        if not self.memory_headroom_gb and isinstance(data, dict):
+            data.pop("memory_headroom_gb", None)
+        return data
+
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def memory_headroom_bytes(self) -> float:
+        return self.memory_headroom_gb * GB
+
+    @property
+    def usable_hbm_bytes(self) -> float:
+        """HBM per GPU a plan may fill: the GPU's capacity less memory_headroom_gb (every
+        feasibility check compares with this; physics, e.g. a message size, uses gpu.hbm_bytes)."""
+        return self.gpu.hbm_bytes - self.memory_headroom_bytes
+
+    def hbm_limit_text(self) -> str:
+        """The limit plans are held to, for people: the HBM, or with a headroom the usable part
+        and how it comes about ("76.9 GB usable (85.5 GB HBM less 8.6 GB headroom)")."""
+        if not self.memory_headroom_gb:
+            return f"{gb_gib(self.gpu.hbm_bytes)} HBM"
+        return (f"{self.usable_hbm_bytes / GB:.1f} GB usable ({self.gpu.hbm_bytes / GB:.1f} GB HBM less "
+                f"{self.memory_headroom_bytes / GB:.1f} GB headroom)")
+
+    def with_memory_headroom(self, headroom_bytes: float) -> "ClusterSpec":
+        """The cluster with memory_headroom_gb replaced (--memory-headroom, checked by its parser:
+        finite, >= 0, below the HBM); resized clusters keep their node part (model_copy)."""
+        return self.model_copy(update={"memory_headroom_gb": headroom_bytes / GB})
 
     @property
     def host_memory_bytes_per_gpu(self) -> float | None:
