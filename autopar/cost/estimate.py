@@ -38,7 +38,7 @@ def infeasibility(memory_bytes: float, host_bytes: float, worst_stage: int, clus
     reasons = []
     if memory_bytes > cluster.usable_hbm_bytes:
         limit = (f"HBM is {gb_gib(cluster.gpu.hbm_bytes)}" if not cluster.memory_headroom_gb else
-                 f"the limit is {cluster.hbm_limit_text()} (memory headroom)")
+                 f"the limit is {cluster.hbm_limit_text()}")
         reasons.append(f"memory: needs {memory_bytes / 1e9:.1f} GB per GPU on stage {worst_stage}, {limit}")
     host_capacity = cluster.host_memory_bytes_per_gpu
     if host_capacity is not None and host_bytes > host_capacity:
