@@ -55,7 +55,7 @@ class SweepSpec(StrictModel):
     threshold: float = Field(0.005, ge=0, description="Baseline check: largest allowed relative change of a case's best tokens/s per GPU")
     extrapolate_fabric: bool = Field(False, description="Allow GPU counts beyond the cluster file's fabric (its top tier repeats)")
     memory_headroom: str | float = Field(
-        0, description="HBM per GPU kept free of every case's plan, as search --memory-headroom: a size (8GB, 6GiB, 8e9 bytes) "
+        0.0, description="HBM per GPU kept free of every case's plan, as search --memory-headroom: a size (8GB, 6GiB, 8e9 bytes) "
         "or a percentage of HBM (10%); 0 = each cluster file's memory_headroom_gb")
     per_stage: bool = Field(True, description="Per-stage layers and recompute of the top cores, as `autopar search` solves them by "
                             "default (its --per-stage-cores and --per-stage-seconds); false ranks balanced plans only, faster")

@@ -124,7 +124,7 @@ def check_same_sweep(out: Path, spec: SweepSpec, overrides: dict[str, Any], fres
     recorded = theirs.get(INPUTS) if isinstance(theirs, dict) else None
     unchecked = not isinstance(recorded, dict) or bool(theirs.get(UNCHECKED))
     if isinstance(theirs, dict):  # folders written before the overrides, or per_stage, were recorded ran without them
-        theirs = {"cost_overrides": {}, "per_stage": False, "memory_headroom": 0,
+        theirs = {"cost_overrides": {}, "per_stage": False, "memory_headroom": 0.0,
                   **{k: v for k, v in theirs.items() if k not in RESULT_NEUTRAL and k not in (INPUTS, UNCHECKED)}}
     if theirs != mine:
         keys = sorted(k for k in mine if not isinstance(theirs, dict) or theirs.get(k) != mine.get(k))

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from autopar.cli import main
 from autopar.cli.sweep import WORKER_DIED
 from autopar.plots import PLOT_FILES
+from autopar.specs import load_cluster
 from solvers.sweep import CASES_FILE, cases, load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -401,3 +402,35 @@ def test_a_folder_from_before_per_stage_resumes_with_per_stage_false(full, tmp_p
     res = _run(str(_sweep_file(tmp_path, per_stage=False)), "--out", str(out), "--resume", "--no-plots")
     assert res.exit_code == 0, res.output
     assert len((out / CASES_FILE).read_text().splitlines()) == 8
+
+
+def test_memory_headroom_holds_every_case_and_a_changed_one_is_refused_on_resume(tmp_path):
+    # llama3-8b on 8 H100 at seq 2048, batch 64: without a headroom the best plan (dp=8, ZeRO-2,
+    # mbs=4) fills 81.7 GB of 85.5 GB in 1.279 s; 60 GB held back (25.5 GB usable) leaves only
+    # tp=4 pp=2 with full recompute on a stage, 25.5 GB in 1.677 s, and every top plan under the limit
+    base = dict(name="hr", models=["llama3-8b"], clusters=["dgx-h100"], gpus=[8], seq_lens=[2048], global_batches=[64], top_k=3)
+    free, held = tmp_path / "free.yaml", tmp_path / "held.yaml"
+    free.write_text(yaml.safe_dump(base))
+    held.write_text(yaml.safe_dump({**base, "memory_headroom": "60GB"}))
+    assert _run(str(free), "--out", str(tmp_path / "a"), "--no-plots").exit_code == 0
+    res = _run(str(held), "--out", str(tmp_path / "b"), "--no-plots")
+    assert res.exit_code == 0, res.output
+    (a,), (b,) = ([json.loads(line) for line in (tmp_path / d / CASES_FILE).read_text().splitlines()] for d in "ab")
+    assert a["status"] == b["status"] == "ok"
+    usable = load_cluster("dgx-h100").gpu.hbm_bytes / 1e9 - 60
+    assert a["memory_gb"] > usable >= b["memory_gb"]
+    assert all(p["memory_gb"] <= usable for p in b["top"])
+    assert a["memory_gb"] == pytest.approx(81.71, abs=0.01) and a["step_seconds"] == pytest.approx(1.2793, abs=1e-3)
+    assert b["memory_gb"] == pytest.approx(25.48, abs=0.01) and b["step_seconds"] == pytest.approx(1.6767, abs=1e-3)
+    assert b["best_plan"] != a["best_plan"]
+    assert b["hbm_gb"] == a["hbm_gb"]  # the GPU's HBM, not the usable part
+    res = _run(str(free), "--out", str(tmp_path / "b"), "--resume", "--no-plots")
+    assert res.exit_code == 1
+    assert res.output.startswith(f"Error: resume='{tmp_path / 'b'}': the folder holds a different sweep (differs in memory_headroom;")
+
+
+def test_a_bad_sweep_memory_headroom_is_one_line(tmp_path):
+    res = _run(str(_sweep_file(tmp_path, memory_headroom="110%")), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: sweep.memory_headroom='110%': must be a size from 0 to below the H100's HBM")
+    assert res.output.count("\n") == 1
