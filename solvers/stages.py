@@ -235,7 +235,8 @@ def solve_core(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, p
     lo, hi = bounds(model, P)
     table = table or sample_stages(model, cluster, training, params, sc.core, lo, hi, sc.recompute_free)
     built = build_model(table, sc, lo, cluster.usable_hbm_bytes, params)
-    empty = StageSolution(sc, "INFEASIBLE", [], [], None, math.nan, math.nan, 0.0, reason="no stage layout fits in HBM" + (" less the memory headroom" if cluster.memory_headroom_gb else ""))
+    where = "HBM less the memory headroom" if cluster.memory_headroom_gb else "HBM"
+    empty = StageSolution(sc, "INFEASIBLE", [], [], None, math.nan, math.nan, 0.0, reason=f"no stage layout fits in {where}")
     if built is None:
         empty.solve_seconds = time.perf_counter() - start
         return keep_balanced(empty, model, cluster, training, params)
