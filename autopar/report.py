@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from autopar.specs.estimate import Estimate
-from autopar.specs.hardware import gb_gib
+from autopar.specs.hardware import gb_gib, usable_hbm_text
 
 
 COUNT_UNITS = ("", "K", "M", "G", "T", "P")  # the suffixes autopar reads back (parse_count, --tokens)
@@ -113,11 +113,8 @@ def estimate_table(e: Estimate, title: str = "") -> str:
     for key, value in e.memory_breakdown.items():
         if value:
             lines.append(f"  {key:<30} {_gb(value)}  {_share(value, e.memory_bytes_per_gpu)}")
-    if e.memory_headroom_bytes:
-        hbm = e.memory_capacity_bytes + e.memory_headroom_bytes
-        limit = f"{e.memory_capacity_bytes / 1e9:.1f} GB usable ({hbm / 1e9:.1f} GB HBM less {e.memory_headroom_bytes / 1e9:.1f} GB headroom)"
-    else:
-        limit = gb_gib(e.memory_capacity_bytes)
+    limit = (usable_hbm_text(e.memory_capacity_bytes, e.memory_headroom_bytes) if e.memory_headroom_bytes
+             else gb_gib(e.memory_capacity_bytes))
     lines.append(f"  {'total':<30} {_gb(e.memory_bytes_per_gpu)}  of {limit}")
     if e.host_memory_bytes_per_gpu:
         room = f"of {e.host_memory_capacity_bytes / 1e9:g} GB host share" if e.host_memory_capacity_bytes else "host capacity unknown"

@@ -154,8 +154,9 @@ def _search_count(model: ModelSpec, cluster: ClusterSpec, seq_len: int, precisio
         # per step against search's 1.618 s, the run's days and dollars 12% high). Every point, not
         # only each count's chosen one: the choice between counts and batches compares the refined
         # step times, and each point's row is what search says there. Its cost is bounded: at most
-        # DEFAULT_CORES solves, each stopped at a fixed amount of CP-SAT's deterministic work; measured 0.5-2.3 s (LLaMA-3 8B and 70B, Qwen3-Next 80B on 8 to
-        # 1,024 H100), against 0.2-7 s for the ranking, so a small pinned space now plans 3-4x slower.
+        # DEFAULT_CORES solves, each stopped at a fixed amount of CP-SAT's deterministic work;
+        # measured 0.5-2.3 s (LLaMA-3 8B and 70B, Qwen3-Next 80B on 8 to 1,024 H100), against
+        # 0.2-7 s for the ranking, so a small pinned space now plans 3-4x slower.
         # --no-per-stage turns it off, as it does for search.
         request = SearchRequest(model, cluster, training, Objective.throughput, TOP_K, "exhaustive", options, params,
                                 per_stage=search_defaults(options.fixed) if per_stage else None, candidates=candidates)

@@ -24,7 +24,6 @@ def _fmt_gb(x: float) -> str:
 def _table(output, references: list[str], objective: str = "throughput") -> str:
     from autopar.cli.explain import variant_hint, why_best
     from autopar.report import dollars
-    from autopar.specs.hardware import gb_gib
     from solvers.base import step_cost_usd
 
     res = output.results
@@ -54,8 +53,7 @@ def _table(output, references: list[str], objective: str = "throughput") -> str:
         lines += ["", f"best plan: {best.plan}"]
         top = sorted(((v, k) for k, v in best.time_breakdown.items() if v), reverse=True)[:4]
         lines.append("  where the step goes: " + ", ".join(f"{k} {100 * v / best.step_seconds:.0f}%" for v, k in top))
-        limit = f"{gb_gib(hbm)} HBM" if not cluster.memory_headroom_gb else cluster.hbm_limit_text()
-        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {limit} per GPU "
+        lines.append(f"  memory: {_fmt_gb(best.memory_bytes_per_gpu)} GB of {cluster.hbm_limit_text()} per GPU "
                      f"({100 * best.memory_bytes_per_gpu / hbm:.0f}%)")
         if priced:
             lines.append(_cost_line(best, cluster, res.inputs.training))

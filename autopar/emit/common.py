@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from autopar import __version__
 from autopar.errors import InputError
 from autopar.specs.estimate import Estimate
-from autopar.specs.hardware import ClusterSpec
+from autopar.specs.hardware import GB, ClusterSpec, usable_hbm_text
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan, Recompute
 from autopar.specs.results import Results
@@ -19,7 +19,6 @@ from autopar.specs.training import TrainingSpec
 FRAMEWORK_STACKS = {"megatron": ("megatron",), "megatron-bridge": ("megatron",), "deepspeed": ("deepspeed",),
                     "torchtitan": ("torchtitan", "torchtitan-compile")}
 
-GB = 1e9
 
 MEGATRON_CORE_FRAMEWORKS = ("megatron", "megatron-bridge")
 
@@ -160,8 +159,8 @@ def header_lines(job: EmitJob, framework: str, notes: list[str] = ()) -> list[st
         f"layout:   dp={est.dp}, {est.num_microbatches} micro-batches per step, stage layers {est.stage_layers}",
         f"predicted ({training.stack.value} stack) step time {est.step_seconds:.3f} s, {est.tokens_per_second:,.0f} tokens/s, "
         f"MFU {100 * est.mfu:.1f}%, "
-        f"memory {mem_gb:.2f} GB per GPU of {cap_gb:.2f} GB"
-        + (f" usable ({est.memory_headroom_bytes / GB:.2f} GB headroom kept free)" if est.memory_headroom_bytes else ""),
+        f"memory {mem_gb:.2f} GB per GPU of "
+        + (usable_hbm_text(est.memory_capacity_bytes, est.memory_headroom_bytes) if est.memory_headroom_bytes else f"{cap_gb:.2f} GB"),
     ]
     runs = FRAMEWORK_STACKS.get(framework, ())
     if runs and training.stack.value not in runs:

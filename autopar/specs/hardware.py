@@ -28,6 +28,13 @@ def gb_gib(num_bytes: float) -> str:
     return f"{num_bytes / GB:.1f} GB ({num_bytes / GiB:.1f} GiB)"
 
 
+def usable_hbm_text(usable_bytes: float, headroom_bytes: float) -> str:
+    """HBM less a memory headroom, for people: "76.9 GB usable (85.5 GB HBM less 8.6 GB headroom)"."""
+    return (f"{usable_bytes / GB:.1f} GB usable ({(usable_bytes + headroom_bytes) / GB:.1f} GB HBM less "
+            f"{headroom_bytes / GB:.1f} GB headroom)")
+
+
+
 class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -251,11 +258,10 @@ class ClusterSpec(_Strict):
 
     def hbm_limit_text(self) -> str:
         """The limit plans are held to, for people: the HBM, or with a headroom the usable part
-        and how it comes about ("76.9 GB usable (85.5 GB HBM less 8.6 GB headroom)")."""
+        and how it comes about (usable_hbm_text)."""
         if not self.memory_headroom_gb:
             return f"{gb_gib(self.gpu.hbm_bytes)} HBM"
-        return (f"{self.usable_hbm_bytes / GB:.1f} GB usable ({self.gpu.hbm_bytes / GB:.1f} GB HBM less "
-                f"{self.memory_headroom_bytes / GB:.1f} GB headroom)")
+        return usable_hbm_text(self.usable_hbm_bytes, self.memory_headroom_bytes)
 
     def with_memory_headroom(self, headroom_bytes: float) -> "ClusterSpec":
         """The cluster with memory_headroom_gb replaced (--memory-headroom, checked by its parser:
