@@ -6,12 +6,12 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import FRAMEWORKS, PRECISIONS, checked_plan, flush_notes, resolve_inputs, resolve_training
+from autopar.cli.common import FRAMEWORKS, MEMORY_HEADROOM_HELP, PRECISIONS, checked_plan, flush_notes, resolve_inputs, resolve_training
 from autopar.errors import InputError, Missing
 
 
 def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
-                      grad_reduce_bytes=None, framework=None):
+                      grad_reduce_bytes=None, framework=None, memory_headroom=None):
     from autopar import __version__
     from autopar.cost import estimate as cost_estimate  # only this path needs the cost model
     from autopar.emit.common import EmitJob
@@ -23,7 +23,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
     if missing:
         raise InputError(missing[0].removeprefix("--"), Missing(), f"a hand-written plan needs --model, --cluster and --plan "
                          f"(missing {', '.join(missing)}); or give a RESULTS.json file")
-    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True)
+    model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric=True, memory_headroom=memory_headroom)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, framework=framework)  # the launcher's stack
     if grad_reduce_bytes is not None:  # torchtitan reduces gradients in fp32 only: plan with 4
         # the gradient buffer follows from the stack (cost.step.gradient_bytes_per_param: Megatron holds
@@ -42,6 +42,8 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
               help="Instead of RESULTS: model preset, autopar model file, HF config.json or checkpoint directory (with --cluster, --plan)")
 @click.option("--cluster", "cluster_name", default=None, help="Instead of RESULTS: cluster preset or YAML file")
 @click.option("--gpus", type=int, default=None, help="Instead of RESULTS: total GPUs; default: the cluster file's size")
+@click.option("--memory-headroom", default=None, help="Instead of RESULTS: " + MEMORY_HEADROOM_HELP
+              + " (with RESULTS: the search's)")
 @click.option("--seq-len", type=int, default=None,
               help="Instead of RESULTS: sequence length, tokens; default: the model's max_position_embeddings, at most 8192")
 @click.option("--global-batch", type=int, default=None, help="Instead of RESULTS: global batch in sequences")
@@ -51,7 +53,7 @@ def _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, glo
 @click.option("--plan", "plan_text", default=None,
               help="Instead of RESULTS: the plan to launch, as for `autopar estimate`, e.g. tp=8,pp=4,vpp=5,zero=1,recompute=selective")
 @click.option("--grad-reduce-bytes", type=click.FloatRange(min=1, max=4), default=None, hidden=True)
-def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
+def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, plan_text,
          grad_reduce_bytes):
     """Write runnable launcher configs for a plan of RESULTS.json (from `autopar search --out`).
 
@@ -67,10 +69,13 @@ def emit(results, rank, fmt, out_dir, model_name, cluster_name, gpus, seq_len, g
     if results is not None:
         if plan_text is not None or model_name is not None:
             raise InputError("emit", results, "give either RESULTS.json or --model/--cluster/--plan, not both")
+        if memory_headroom is not None:
+            raise InputError("memory-headroom", memory_headroom, "applies to a hand-written plan; a results file keeps its "
+                             "search's headroom (rerun `autopar search --memory-headroom`)")
         job = job_from_results(load_results(results), rank)
     else:
         job = _job_from_options(model_name, cluster_name, gpus, seq_len, global_batch, global_batch_tokens, precision, plan_text,
-                                grad_reduce_bytes, framework=fmt)
+                                grad_reduce_bytes, framework=fmt, memory_headroom=memory_headroom)
     artefacts = emit_artefacts(job, fmt)
     flush_notes()
     if out_dir is None:

@@ -68,7 +68,7 @@ def test_a_cluster_file_headroom_at_or_above_hbm_is_refused(tmp_path):
     assert "memory_headroom_gb=90: must be below the H100's HBM" in res.output
 
 
-@pytest.mark.parametrize("command", ["estimate", "search", "plan", "tune"])
+@pytest.mark.parametrize("command", ["estimate", "search", "plan", "tune", "emit"])
 @pytest.mark.parametrize("value", ["-1GB", "100%", "90GB", "nan", "abc", "-5%", "inf"])
 def test_bad_values_are_one_line_exit_1(command, value):
     args = {
@@ -76,8 +76,31 @@ def test_bad_values_are_one_line_exit_1(command, value):
         "search": ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "64"],
         "plan": ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--tokens", "1T", "--seq-len", "8192"],
         "tune": ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "64", "--trial-cmd", "true", "--trials", "1"],
+        "emit": ["--format", "megatron", *ESTIMATE[1:-1], "--cluster", "dgx-h100-superpod"],
     }[command]
     res = CliRunner().invoke(main, [command, *args, f"--memory-headroom={value}"])
     assert res.exit_code == 1, res.output
     assert res.output == (f"Error: memory-headroom={value!r}: must be a size from 0 to below the H100's HBM of 85.5 GB (79.7 GiB) "
                           "(8GB, 6GiB, 8e9 bytes) or a percentage of HBM from 0% to below 100% (10%)\n")
+
+
+EMIT = ["emit", "--format", "megatron", *ESTIMATE[1:-1], "--cluster", "dgx-h100-superpod"]
+
+
+def test_emit_header_holds_the_plan_to_hbm_less_the_headroom():
+    # the same 84.24 GB plan: fits the whole 85.52 GB; at 10% (8.55 GB held back, 76.97 GB usable)
+    # the launcher's header warns that the cost model marks it infeasible
+    whole = CliRunner().invoke(main, EMIT)
+    assert whole.exit_code == 0, whole.output
+    assert "memory 84.24 GB per GPU of 85.52 GB\n" in whole.output and "infeasible" not in whole.output
+    held = CliRunner().invoke(main, [*EMIT, "--memory-headroom", "10%"])
+    assert held.exit_code == 0, held.output
+    assert "memory 84.24 GB per GPU of 77.0 GB usable (85.5 GB HBM less 8.6 GB headroom)" in held.output
+    assert ("WARNING: the cost model marks this plan infeasible: memory: needs 84.2 GB per GPU on stage 0, "
+            "the limit is 77.0 GB usable (85.5 GB HBM less 8.6 GB headroom)") in held.output
+
+
+def test_emit_of_a_results_file_keeps_its_search_headroom(tmp_path):
+    res = CliRunner().invoke(main, ["emit", str(tmp_path / "r.json"), "--format", "megatron", "--memory-headroom", "8GB"])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: memory-headroom='8GB': applies to a hand-written plan; a results file keeps its search's headroom")
