@@ -59,6 +59,8 @@ class PlanPoint(BaseModel):
     checkpoint_periodic: bool = Field(True, description="Whether the run writes periodic checkpoints (a short run is cheaper without: goodput)")
     restart_share: float | None = Field(None, description="Share of wall time restarting after failures")
     tokens_per_second: float | None = Field(None, description="Training tokens per second at global_batch_tokens")
+    memory_bytes_per_gpu: float | None = Field(None, description="Peak HBM per GPU of the plan (its fullest pipeline stage), bytes")
+    memory_capacity_bytes: float | None = Field(None, description="HBM per GPU the plan may fill: the GPU's HBM less the memory headroom, bytes")
     train_days: float | None = Field(None, description="Days of training steps alone (ramp-up included, no failures)")
     bottleneck: str | None = Field(None, description="Largest time category of the step")
     bubble_share: float | None = Field(None, description="Pipeline bubble / step time")
@@ -168,6 +170,7 @@ def _priced(ctx: PointContext, point: PlanPoint, est: Estimate, train_seconds: f
     shares = reliability(ctx, point.checkpoint_write_seconds, train_seconds)
     step = est.step_seconds
     point.plan, point.step_seconds, point.mfu, point.tokens_per_second = est.plan, step, est.mfu, est.tokens_per_second
+    point.memory_bytes_per_gpu, point.memory_capacity_bytes = est.memory_bytes_per_gpu, est.memory_capacity_bytes
     point.bottleneck = est.bottleneck.value
     point.bubble_share = est.time_breakdown.get("pipeline_bubble", 0.0) / step
     point.comm_share = sum(est.time_breakdown.get(k, 0.0) for k in COMM_PARTS) / step

@@ -115,9 +115,10 @@ def _scaled(value: float | None, factor: float) -> float | None:
 
 def table(report: PlanReport) -> str:
     from autopar.report import dollars, human_count
+    from autopar.specs.hardware import GB
 
     head = (f"{'':2}{'GPUs':>7} {'batch':>7} {'step s':>8} {'MFU %':>6} {'goodput':>8} {'days':>7} {'GPU-h':>8} {'cost':>10} "
-            f"{'MWh':>8} {'ckpt m':>7}  layout")
+            f"{'MWh':>8} {'ckpt m':>7} {'mem GB':>6}  layout")
     lines = [head]
     for i, p in enumerate(report.points):
         mark = (">" if i == report.chosen else " ") + ("*" if p.pareto else " ")
@@ -126,8 +127,13 @@ def table(report: PlanReport) -> str:
             f"{mark}{p.gpus:>7,}", f"{human_count(p.global_batch_tokens, binary=True):>7}", _cell(p.step_seconds, ".2f", 8),
             _cell(_scaled(p.mfu, 100), ".1f", 6), _cell(_scaled(p.goodput, 100), ".1f", 7) + "%", _cell(p.wall_days, ".1f", 7),
             f"{'-' if p.gpu_hours is None else human_count(p.gpu_hours):>8}", f"{dollars(p.cost_usd):>10}", _cell(p.energy_mwh, ",.0f", 8),
-            _cell(_scaled(p.checkpoint_interval_seconds, 1 / 60), ".0f", 7), f" {layout}"]))
+            _cell(_scaled(p.checkpoint_interval_seconds, 1 / 60), ".0f", 7), _cell(_scaled(p.memory_bytes_per_gpu, 1 / GB), ".1f", 6),
+            f" {layout}"]))
     lines.append("  * Pareto front (days vs cost)   > chosen   ckpt m = Young-Daly checkpoint interval, minutes   batch K/M/G = 2^10/2^20/2^30 tokens")
+    capacity = {p.memory_capacity_bytes for p in report.points if p.memory_capacity_bytes is not None}
+    if capacity:
+        lines.append(f"  mem GB = peak HBM per GPU (fullest stage) of {', '.join(f'{c / GB:.1f}' for c in sorted(capacity))} GB the plan may fill")
+    return "\n".join(lines)
     return "\n".join(lines)
 
 

@@ -442,3 +442,23 @@ def test_no_per_stage_plans_the_balanced_ranking_as_search_does():
     assert (point["plan"], point["step_seconds"]) == (best["plan"], best["step_seconds"])
     assert point["plan"].startswith("tp=1,pp=1,dp=8,") and "layout=" not in point["plan"]
     assert point["step_seconds"] == pytest.approx(10.5996, abs=5e-5)
+
+
+def test_plan_reports_the_memory_search_reports():
+    """Each point carries its plan's peak HBM per GPU and the capacity it was held to, as search's
+    estimate does (the same plan: same bytes), and the table prints it: LLaMA-3 8B on 8 H100 at
+    256 x 4,096 tokens, with 10% of the H100's 85.52 GB held back (76.97 GB usable)."""
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "4096", "--memory-headroom", "10%"]
+    r = CliRunner().invoke(main, ["search", *args, "--global-batch", "256", "--top", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["plans"][0]["estimate"]
+    plan_args = [*args, "--tokens", "1T", "--batch-tokens", "1M", "--full-space"]
+    point = run_json(plan_args)["points"][0]
+    assert point["plan"] == best["plan"]
+    assert point["memory_bytes_per_gpu"] == best["memory_bytes_per_gpu"] <= point["memory_capacity_bytes"]
+    assert point["memory_capacity_bytes"] / 1e9 == pytest.approx(85.52353628 * 0.9, abs=1e-6)
+    text = run(plan_args)
+    assert text.exit_code == 0, text.output
+    row = next(line for line in text.output.splitlines() if line.startswith(">"))
+    assert f" {point['memory_bytes_per_gpu'] / 1e9:.1f}  tp=" in row
+    assert "mem GB = peak HBM per GPU (fullest stage) of 77.0 GB the plan may fill" in text.output
