@@ -155,7 +155,8 @@ def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
     the top level; GPT-2 names mapped to Llama names."""
     if isinstance(cfg.get("text_config"), dict):
         top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
-        cfg = {**top, **cfg["text_config"]}
+        # which keys the text_config holds, so that an error names the key where it sits (_get)
+        cfg = {**top, **cfg["text_config"], "_text_config_keys": frozenset(cfg["text_config"])}
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("layers_block_type"), list):
         # newer NemotronHConfig files (Nemotron 3 Ultra) derive the layer count from the block list
         cfg = {**cfg, "num_hidden_layers": len(cfg["layers_block_type"])}
@@ -241,7 +242,11 @@ def hf_input_error(err: InputError, cfg: dict[str, Any], field: str = "model") -
 
 def _get(cfg: dict[str, Any], key: str, field: str, name: str) -> Any:
     if key not in cfg or cfg[key] is None:
-        raise InputError(f"{field}.{key}", Missing() if key not in cfg else None, f"HuggingFace config of {name} lacks this required key")
+        # a nested config's text model keys belong in its text_config: a key missing from both
+        # levels is named there, a null one where the file holds it
+        nested = "_text_config_keys" in cfg and (key not in cfg or key in cfg["_text_config_keys"])
+        raise InputError(f"{field}.{'text_config.' if nested else ''}{key}", Missing() if key not in cfg else None,
+                         f"HuggingFace config of {name} lacks this required key")
     return cfg[key]
 
 

@@ -93,6 +93,18 @@ def test_missing_required_key_names_it(tmp_path):
     assert err.value.field == "model.vocab_size"
 
 
+def test_missing_key_of_a_nested_config_is_named_in_its_text_config(tmp_path):
+    """Llama-4 Scout's file nests the text model under text_config: a key missing from it is named
+    there (the file's place for it), a null one where the file holds it."""
+    text = {k: v for k, v in SCOUT["text_config"].items() if k != "vocab_size"}
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, {**SCOUT, "text_config": text}, "no-vocab")))
+    assert str(err.value).startswith("model.text_config.vocab_size=(missing): HuggingFace config of no-vocab lacks this required key")
+    with pytest.raises(InputError) as err:
+        load_model(str(_write(tmp_path, {**SCOUT, "vocab_size": None, "text_config": text}, "null-vocab")))
+    assert (err.value.field, err.value.value) == ("model.vocab_size", None)
+
+
 # openai/gpt-oss-120b config.json (abridged to the fields the importer reads): 36 layers
 # alternating sliding (window 128) and full attention, layer 0 sliding
 GPT_OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
