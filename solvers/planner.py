@@ -66,6 +66,8 @@ class PlanRequest:
     extrapolate_fabric: bool = False  # allow counts beyond the cluster file's fabric (its top tier repeated)
     per_stage: bool = True  # search's per-stage step (its defaults, stage_search.search_defaults) at every point; False: balanced plans only
     ramp_text: tuple[str, ...] = ()  # fleet.ramp's steps as the user wrote them (4M@2.87T), echoed by its errors; empty: shown as numbers
+    batch_tokens_text: tuple[str, ...] = ()  # batch_tokens as the user wrote them (1K), in their order, echoed by their errors
+    critical_batch_tokens_text: str | None = None  # --critical-batch-tokens as written (4K), echoed by its error
 
 
 def planning_options(options: SpaceOptions, full_space: bool) -> SpaceOptions:
@@ -128,7 +130,7 @@ def _cap_below_one_sequence(req: PlanRequest, cap: float) -> None:
     --critical-batch-tokens, --gradient-noise, or --tokens through DeepSeek LLM's B_opt(C)."""
     rule = f"is below one sequence of seq-len={req.seq_len}"
     if req.critical_batch_tokens is not None:
-        raise InputError("critical-batch-tokens", cap, rule)
+        raise InputError("critical-batch-tokens", req.critical_batch_tokens_text or f"{cap:,.0f}", f"{cap:,.0f} tokens {rule}")
     if req.gradient_noise is not None:
         raise InputError("gradient-noise", "/".join(f"{v:g}" for v in req.gradient_noise),
                          f"critical batch B* = tr(Sigma) / |G|^2 = {cap / req.seq_len:.3g} sequences {rule}")
@@ -201,13 +203,16 @@ def run_plan(req: PlanRequest) -> PlanReport:
     if not req.batch_tokens and cap < req.seq_len:
         _cap_below_one_sequence(req, cap)
     batches = sorted(set(req.batch_tokens), reverse=True) if req.batch_tokens else batch_grid(cap, req.seq_len, req.batches_per_count)
+    typed = dict(zip(req.batch_tokens, req.batch_tokens_text))
     for b in batches:
+        # the batch the user typed (1K, not 1024), its token count beside the rule
+        shown, count = typed.get(b, f"{b:,}"), f"{b:,} tokens" if b in typed else "it"
         if b > req.tokens:
-            raise InputError("batch-tokens", f"{b:,}", f"exceeds the whole run of --tokens {req.tokens:,.0f}: not one optimizer step")
+            raise InputError("batch-tokens", shown, f"{count} exceeds the whole run of --tokens {req.tokens:,.0f}: not one optimizer step")
         if b % req.seq_len:
-            raise InputError("batch-tokens", b, f"must be a multiple of seq-len={req.seq_len}")
+            raise InputError("batch-tokens", shown, f"{count} must be a multiple of seq-len={req.seq_len}")
         if b > cap:
-            raise InputError("batch-tokens", b, f"exceeds the critical batch {cap:,.0f} tokens ({source})")
+            raise InputError("batch-tokens", shown, f"{count} exceeds the critical batch {cap:,.0f} tokens ({source})")
     for i, (b, until) in enumerate(req.fleet.ramp if req.fleet else ()):
         # the step the user typed (2.87T, not 2,870,000,000,000), its numbers beside the rule
         shown = req.ramp_text[i] if i < len(req.ramp_text) else f"{b:,}@{until:,.0f}"

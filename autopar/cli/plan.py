@@ -299,4 +299,6 @@ def build_request(model_name, cluster_name, tokens, seq_len, gpus_text, precisio
         critical_batch_tokens=parse_batch_bound(critical_batch_tokens, "critical-batch-tokens") if critical_batch_tokens else None,
         gradient_noise=parse_noise(gradient_noise), fleet=fleet, constraints=constraints, learning_rate=learning_rate,
         options=SpaceOptions(fixed=parse_fix(fix_text)), workers=workers, full_space=full_space, extrapolate_fabric=extrapolate_fabric,
-        per_stage=per_stage, ramp_text=tuple(item.strip() for item in ramp.split(",")) if ramp else ())
+        per_stage=per_stage, ramp_text=tuple(item.strip() for item in ramp.split(",")) if ramp else (),
+        batch_tokens_text=tuple(b.strip() for b in batch_tokens.split(",")) if batch_tokens else (),
+        critical_batch_tokens_text=critical_batch_tokens)

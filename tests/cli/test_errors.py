@@ -93,7 +93,9 @@ def test_no_command_prints_help_and_exits_0():
     # (solvers/planner.py run_plan: a batch cannot exceed the run); the run holds no 8192-token sequence
     (["--tokens", "1K"], "Error: tokens='1K': 1,000 tokens are fewer than one sequence of seq-len=8192: the run holds no optimizer step"),
     # a bound the user did give is still named as that option
-    (["--tokens", "1T", "--critical-batch-tokens", "4K"], "Error: critical-batch-tokens=4096.0: is below one sequence of seq-len=8192"),
+    # (as typed, its token count beside the rule)
+    (["--tokens", "1T", "--critical-batch-tokens", "4K"],
+     "Error: critical-batch-tokens='4K': 4,096 tokens is below one sequence of seq-len=8192"),
     (["--tokens", "1T", "--gradient-noise", "1/2"],
      "Error: gradient-noise='1/2': critical batch B* = tr(Sigma) / |G|^2 = 0.5 sequences is below one sequence of seq-len=8192"),
 ])

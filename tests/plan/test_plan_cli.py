@@ -122,7 +122,10 @@ def test_critical_batch_override_and_batch_above_it():
     assert report["critical_batch_tokens"] == 2 * 2**20
     assert [p["global_batch_tokens"] for p in report["points"]] == [1536 * 1024, 2 * 2**20]  # 192 and 256 sequences
     r = run(SMALL + ["--gpus", "8", "--critical-batch-tokens", "2M", "--batch-tokens", "4M"])
-    assert r.exit_code == 1 and r.output.startswith("Error: batch-tokens=4194304: exceeds the critical batch")
+    assert r.exit_code == 1 and r.output.startswith("Error: batch-tokens='4M': 4,194,304 tokens exceeds the critical batch 2,097,152 tokens")
+    # each batch is quoted as typed, whichever of a list breaks a rule (plan --batch-tokens 1K read 1024)
+    r = run(SMALL + ["--gpus", "8", "--batch-tokens", "1M, 1K"])
+    assert r.exit_code == 1 and r.output == "Error: batch-tokens='1K': 1,024 tokens must be a multiple of seq-len=8192\n"
 
 
 def test_gradient_noise_critical_batch():
@@ -208,7 +211,7 @@ def test_node_and_switch_mtbf_from_cluster_file(tmp_path):
                                                         "1,000,000,000,000 (this one ends at 2,870,000,000,000)\n"),
     # 64M tokens per step is above DeepSeek LLM's B_opt for 8B x 1T (7.7M): shown as typed, not ramp=67108864
     (["--tokens", "1T", "--ramp", "64M@252M"], "Error: ramp='64M@252M': batch 67,108,864 tokens exceeds the critical batch 7,679,908 tokens"),
-    (["--tokens", "1M", "--batch-tokens", "4M"], "Error: batch-tokens='4,194,304': exceeds the whole run of --tokens 1,000,000"),
+    (["--tokens", "1M", "--batch-tokens", "4M"], "Error: batch-tokens='4M': 4,194,304 tokens exceeds the whole run of --tokens 1,000,000"),
     # --fix as in search: the field, the value and the rule
     (["--tokens", "1T", "--fix", "ep=8"], "Error: fix.ep=8: expert parallelism needs a MoE model (llama3-8b has no experts)"),
     (["--tokens", "1T", "--fix", "vpp=2,schedule=1f1b"], "Error: fix.vpp=2: virtual pipeline stages need the interleaved schedule, not 1f1b"),
