@@ -216,5 +216,5 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         "plan": est.plan, "metric": metric, "measured_tokens_per_second_per_gpu": value,
         "predicted_tokens_per_second_per_gpu": pred, "error": (pred - value) / value,
         "predicted_mfu": est.mfu, "predicted_memory_gb": est.memory_bytes_per_gpu / 1e9, "feasible": est.feasible,
-        "gpu_memory_gb": hbm / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": {**derived, **resolved},
+        "gpu_memory_gb": hbm / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": {**derived, **resolved, **({"interconnect": inputs.network} if inputs.network else {})},
     })

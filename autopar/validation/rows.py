@@ -11,12 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import InputError, ProfileNotFound
+from autopar.limits import MAX_NIC_GB_PER_S_PER_GPU
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
 from autopar.specs._files import preset_files
 from autopar.specs.hardware import GpuSpec, IntraNode
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
+from autopar.validation.network import stated_network
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
 CLUSTER_FOR_GPU = {
@@ -33,9 +35,9 @@ FAMILY_VOCAB = (("nemotron", 256000), ("llama3", 128256), ("llama-3", 128256), (
 META = {"id", "source_group", "source", "source_location", "source_commit", "table_or_section", "variant", "superseded",
         "model_name", "model_type", "num_params_billion", "dims_source", "derived_fields", "validation_tier", "notes",
         "tflops_kind", "flop_formula_note", "peak_tflops_used_by_source", "software_version", "task", "gpu_normalized",
-        "interconnect", "dp_inferred", "tokens_per_batch", "grad_accum_steps", "model_parallel_size", "precision"}
+        "dp_inferred", "tokens_per_batch", "grad_accum_steps", "model_parallel_size", "precision"}
 # columns the prediction reads
-READ = {"num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len",
+READ = {"interconnect", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len",
         "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size", "moe_shared_expert_ffn_size", "gpu_type", "num_gpus",
         "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sequence_parallel", "recompute", "zero_stage",
         "distributed_optimizer", "fsdp", "micro_batch_size", "global_batch_size", "precision_normalized", "software",
@@ -75,6 +77,11 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
   label in gpu_normalized; a label that is no preset ('H100 (80GB)', 'DGX-B200') is read for the
   GPU it names; a PCIe card's node talks over PCIe at the card's link rate
+- scale-out network: the GPU's cluster preset (CLUSTER_FOR_GPU), unless the interconnect column
+  states a rate with its scope ('400 Gbps per node', '8x 200 Gb/s HDR per node', '400 Gb/s per
+  GPU'; a count of NICs is a node's) or names a cloud instance in profiles/validation/networks.yaml
+  (AWS p4d, p5; Azure ND A100 v4, ND H100 v5): then that rate per GPU (listed under 'resolved');
+  a rate without a scope ('InfiniBand 400 Gb/s') is not read
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
   torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or
   'compile' in the precision or variant, or notes / software version saying 'torch.compile
@@ -133,6 +140,7 @@ class RowInputs:
     open_choices: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
     not_modelled: str | None = None
+    network: str | None = None  # the scale-out network read from the interconnect column, for the report
 
 
 # numeric columns as runs files from other sources may write them ("4096", "1,024", "2.0")
@@ -535,6 +543,11 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
     # DGX-2) narrows the NVLink domain; an NVL72 rack's 4-GPU compute trays do not (it stays 72)
     if per_node and per_node < cluster.gpus_per_node <= 16:
         cluster = cluster.model_copy(update={"gpus_per_node": per_node})
+    # the scale-out network the row states (its interconnect column: a rate, or a cloud instance
+    # named in profiles/validation/networks.yaml) in place of the preset's NICs
+    stated = stated_network(row, cluster.gpus_per_node)
+    if stated is not None and 0 < stated.nic_gb_per_s_per_gpu <= MAX_NIC_GB_PER_S_PER_GPU:
+        cluster = cluster.model_copy(update={"nic_gb_per_s_per_gpu": stated.nic_gb_per_s_per_gpu})
     # a published run is judged against the GPU's physical HBM: an operator's memory headroom
     # in the preset is no part of what the run had
     return cluster.with_gpus(int(row["num_gpus"])).with_memory_headroom(0.0)
@@ -845,7 +858,10 @@ def row_inputs(row: dict[str, Any]) -> RowInputs:
     model, cluster = row_model(row), row_cluster(row)
     training = row_training(row, cluster.gpu)
     fields, open_choices = row_plan_fields(row, model, training)
-    return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model))
+    stated = stated_network(row, cluster.gpus_per_node)
+    network = (f"{stated.how}: {cluster.nic_gb_per_s_per_gpu:g} GB/s per GPU"
+               if stated is not None and stated.nic_gb_per_s_per_gpu == cluster.nic_gb_per_s_per_gpu else None)
+    return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model), network)
 
 
 def plan_of(fields: dict[str, Any]) -> Plan:

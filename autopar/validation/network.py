@@ -1,0 +1,80 @@
+"""The scale-out network a published run states (its `interconnect` column), as NIC bandwidth
+per GPU: a rate in words ("400 Gbps per node", "8x 200 Gb/s HDR per node", "InfiniBand 8x50 GB/s
+per node", "400 Gb/s per GPU") or a cloud instance named in profiles/validation/networks.yaml
+(AWS p4d: 400 Gb/s per 8-GPU node, a quarter of a DGX A100's). Without it a row runs on its
+GPU's cluster preset (rows.CLUSTER_FOR_GPU), whose NICs may be several times faster than the
+run's. A rate without a scope ("InfiniBand 400 Gb/s") is not read: per GPU and per node differ
+eightfold, and the preset's rate stands."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from autopar.specs._files import PROFILES_DIR
+
+NETWORKS_FILE = PROFILES_DIR / "validation" / "networks.yaml"
+# one rate: an optional NIC count ("8x"), the number and its unit (bits or bytes per second)
+_RATE = re.compile(r"(?:(\d+)\s*[x×]\s*)?(\d+(?:\.\d+)?)\s*(gbps|gbit/s|gb/s|tbps|tb/s)", re.I)
+_PER_GPU = re.compile(r"per[ -](?:gpu|accelerator)|/gpu\b|each gpu", re.I)
+_PER_NODE = re.compile(r"per[ -](?:node|host|server|vm|instance|machine)|node[ -](?:to[ -])?node|/node\b", re.I)
+# parts of the column about the links inside a node, whose rates are not the scale-out network's
+_INSIDE_NODE = re.compile(r"nvlink|nvswitch|intra[ -]node|pcie|xgmi|infinity fabric", re.I)
+_SCALE_OUT = re.compile(r"infiniband|\bib\b|roce|rdma|efa|ethernet|inter[ -]node|network|nic|hca|connectx|node[ -](?:to[ -])?node|per node", re.I)
+
+
+@dataclass(frozen=True)
+class StatedNetwork:
+    nic_gb_per_s_per_gpu: float  # bytes: 400 Gb/s per 8-GPU node is 6.25
+    how: str  # what was read, for the report
+
+
+def _gb_per_s(number: str, unit: str) -> float:
+    """GB/s (bytes) of a rate as written: Gb/s and Gbps are bits, GB/s bytes, Tb/s terabits."""
+    value = float(number)
+    if unit.lower() in ("tbps", "tb/s"):
+        return value * 1000 / 8
+    return value if unit == "GB/s" else value / 8
+
+
+def _from_words(text: str, gpus_per_node: int) -> StatedNetwork | None:
+    for part in re.split(r"[;|]", text):
+        if _INSIDE_NODE.search(part) and not _SCALE_OUT.search(part):
+            continue
+        for match in _RATE.finditer(part):
+            if _INSIDE_NODE.search(part[max(0, match.start() - 30):match.start()]) and not _SCALE_OUT.search(part):
+                continue
+            count, rate = int(match[1] or 1), _gb_per_s(match[2], match[3])
+            # the scope written nearest after the rate: "8x 200 Gb/s per VM (one per GPU)" is per node
+            scope = part[match.end():]
+            per_gpu, per_node = _PER_GPU.search(scope), _PER_NODE.search(scope)
+            if per_gpu and not (per_node and per_node.start() < per_gpu.start()):
+                return StatedNetwork(count * rate, f"{match[0].strip()} per GPU")
+            if per_node or match[1]:  # 'N x rate' counts a node's NICs
+                return StatedNetwork(count * rate / gpus_per_node, f"{match[0].strip()} per node of {gpus_per_node} GPUs")
+    return None
+
+
+@lru_cache(maxsize=1)
+def _instances() -> tuple[tuple[re.Pattern, str, float], ...]:
+    data = yaml.safe_load(NETWORKS_FILE.read_text())
+    return tuple((re.compile(e["pattern"], re.I), e["name"], float(e["gbit_per_s_per_node"])) for e in data["instances"])
+
+
+def stated_network(row: dict[str, Any], gpus_per_node: int) -> StatedNetwork | None:
+    """The NIC bandwidth per GPU the row's interconnect column states, else None (the preset's)."""
+    text = str(row.get("interconnect") or "")
+    if not text:
+        return None
+    words = _from_words(text, gpus_per_node)
+    if words is not None:
+        return words
+    for pattern, name, gbit in _instances():
+        if pattern.search(text):
+            return StatedNetwork(gbit / 8 / gpus_per_node, f"{name}: {gbit:g} Gb/s per node of {gpus_per_node} GPUs "
+                                 f"(profiles/validation/networks.yaml)")
+    return None

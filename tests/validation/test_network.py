@@ -1,0 +1,52 @@
+"""The scale-out network a published run states in its interconnect column
+(autopar/validation/network.py), read into the row's cluster in place of its GPU's preset NICs."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopar.validation.network import stated_network
+from autopar.validation.rows import row_cluster
+
+
+@pytest.mark.parametrize("text, gb_per_s, how", [
+    # per node over 8 GPUs: 400 Gb/s / 8 bits / 8 GPUs = 6.25 GB/s (IBM fms-fsdp README's A100 cluster)
+    ("400 Gbps per node", 6.25, "400 Gbps per node of 8 GPUs"),
+    # a count of NICs is a node's: 8 x 200 Gb/s / 8 / 8 = 25 GB/s, though a note says one per GPU
+    ("8x 200 Gb/s HDR InfiniBand per VM (one per GPU)", 25.0, "8x 200 Gb/s per node of 8 GPUs"),
+    ("NVIDIA Selene DGX A100 nodes: NVLink/NVSwitch intra-node; 8x 200 Gbps HDR InfiniBand HCAs per node", 25.0,
+     "8x 200 Gbps per node of 8 GPUs"),
+    # bytes: 8 x 50 GB/s per node / 8 GPUs = 50 GB/s (the NVLink rate before the ';' is not the network's)
+    ("NVLink 4th gen intra-node; InfiniBand 8x50 GB/s per node", 50.0, "8x50 GB/s per node of 8 GPUs"),
+    ("Grand Teton: 8 GPUs/host fully NVLink-connected; backend RDMA 400 Gb/s per GPU", 50.0, "400 Gb/s per GPU"),
+    ("1600 Gbps RoCE node-node", 25.0, "1600 Gbps per node of 8 GPUs"),
+    ("InfiniBand 3.2 Tbps per node", 50.0, "3.2 Tbps per node of 8 GPUs"),  # 3,200 Gb/s / 8 / 8
+    # a named cloud instance (profiles/validation/networks.yaml): p4d's 400 Gb/s EFA per 8 A100
+    ("AWS p4d.24xlarge, EFA", 6.25, "AWS p4d: 400 Gb/s per node of 8 GPUs (profiles/validation/networks.yaml)"),
+    ("Azure NDm A100 v4", 25.0, "Azure ND A100 v4 / NDm A100 v4: 1600 Gb/s per node of 8 GPUs (profiles/validation/networks.yaml)"),
+])
+def test_rates_in_words_and_named_instances(text, gb_per_s, how):
+    stated = stated_network({"interconnect": text}, 8)
+    assert stated is not None and stated.nic_gb_per_s_per_gpu == pytest.approx(gb_per_s) and stated.how == how
+
+
+@pytest.mark.parametrize("text", [
+    # per GPU or per node? eightfold apart: not read, the preset's NICs stand
+    "Eos: NVLink4 450 GB/s uni-directional intra-node; InfiniBand 400 Gb/s inter-node",
+    "128 A100 GPUs with 400Gbps network connection",
+    "DGX-B200 (NVLink5 intra-node)", "not stated", "",
+])
+def test_unscoped_rates_and_no_rate_are_not_read(text):
+    assert stated_network({"interconnect": text}, 8) is None
+
+
+ROW = {"gpu_type": "A100 80GB", "gpu_normalized": "A100-80GB", "num_gpus": 128, "gpus_per_node": 8}
+
+
+def test_the_row_cluster_takes_the_stated_network():
+    # dgx-a100 has 8 x 200 Gb/s HDR = 25 GB/s per GPU; the run states a quarter of it
+    assert row_cluster(ROW).nic_gb_per_s_per_gpu == 25.0
+    assert row_cluster({**ROW, "interconnect": "400 Gbps per node"}).nic_gb_per_s_per_gpu == 6.25
+    assert row_cluster({**ROW, "interconnect": "InfiniBand 400 Gb/s"}).nic_gb_per_s_per_gpu == 25.0
+    # a 4-GPU node's 400 Gb/s is 12.5 GB/s per GPU
+    assert row_cluster({**ROW, "gpus_per_node": 4, "interconnect": "400 Gbps per node"}).nic_gb_per_s_per_gpu == 12.5
