@@ -44,6 +44,8 @@ class RowResult(BaseModel):
     gpu_memory_gb: float | None = Field(None, description="The row's GPU HBM, GB")
     resolved: dict[str, str] = Field(default_factory=dict, description="Choices the row does not publish, resolved to the fastest that fits; columns derived from others")
     unused: list[str] = Field(default_factory=list, description="Columns with a value the prediction does not read")
+    network: str | None = Field(None, description="The scale-out network read from the interconnect column (rate and scope, "
+                                "or a named cloud instance), in place of the GPU's cluster preset's NICs; null: the preset's")
     not_modelled: str | None = Field(None, description="A physical fact of the run the model does not take")
     skipped: str | None = Field(None, description="Why the row could not be predicted")
 
@@ -216,5 +218,5 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         "plan": est.plan, "metric": metric, "measured_tokens_per_second_per_gpu": value,
         "predicted_tokens_per_second_per_gpu": pred, "error": (pred - value) / value,
         "predicted_mfu": est.mfu, "predicted_memory_gb": est.memory_bytes_per_gpu / 1e9, "feasible": est.feasible,
-        "gpu_memory_gb": hbm / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": {**derived, **resolved, **({"interconnect": inputs.network} if inputs.network else {})},
+        "gpu_memory_gb": hbm / 1e9, "measured_memory_gb": memory * unit / 1e9 if memory else None, "resolved": {**derived, **resolved}, "network": inputs.network,
     })

@@ -80,7 +80,7 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - scale-out network: the GPU's cluster preset (CLUSTER_FOR_GPU), unless the interconnect column
   states a rate with its scope ('400 Gbps per node', '8x 200 Gb/s HDR per node', '400 Gb/s per
   GPU'; a count of NICs is a node's) or names a cloud instance in profiles/validation/networks.yaml
-  (AWS p4d, p5; Azure ND A100 v4, ND H100 v5): then that rate per GPU (listed under 'resolved');
+  (AWS p4d, p5; Azure ND A100 v4, ND H100 v5): then that rate per GPU (the row's 'network');
   a rate without a scope ('InfiniBand 400 Gb/s') is not read
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
   torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or

@@ -50,3 +50,14 @@ def test_the_row_cluster_takes_the_stated_network():
     assert row_cluster({**ROW, "interconnect": "InfiniBand 400 Gb/s"}).nic_gb_per_s_per_gpu == 25.0
     # a 4-GPU node's 400 Gb/s is 12.5 GB/s per GPU
     assert row_cluster({**ROW, "gpus_per_node": 4, "interconnect": "400 Gbps per node"}).nic_gb_per_s_per_gpu == 12.5
+
+
+def test_the_report_names_the_network_it_read():
+    """A row's result says which network it was costed on (not under 'resolved', which lists the
+    choices the row leaves open): dev_runs' Selene rows state 8 x 200 Gb/s HDR per node."""
+    from autopar.validation import load_rows, predict_row
+
+    row = next(r for r in load_rows("tests/data/dev_runs.json") if "Selene" in str(r.get("interconnect")))
+    result = predict_row(row)
+    assert result.network == "8x 200 Gbps per node of 8 GPUs: 25 GB/s per GPU"
+    assert "interconnect" not in result.resolved
