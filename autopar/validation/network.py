@@ -18,6 +18,7 @@ import yaml
 from autopar.specs._files import PROFILES_DIR
 
 NETWORKS_FILE = PROFILES_DIR / "validation" / "networks.yaml"
+MAX_NIC_NODE_GPUS = 16  # the largest node whose GPUs share one host's NICs (DGX-2); above it the NVLink domain spans hosts
 # one rate: an optional NIC count ("8x"), the number and its unit (bits or bytes per second)
 _RATE = re.compile(r"(?:(\d+)\s*[x×]\s*)?(\d+(?:\.\d+)?)\s*(gbps|gbit/s|gb/s|tbps|tb/s)", re.I)
 _PER_GPU = re.compile(r"per[ -](?:gpu|accelerator)|/gpu\b|each gpu", re.I)
@@ -54,7 +55,9 @@ def _from_words(text: str, gpus_per_node: int) -> StatedNetwork | None:
             per_gpu, per_node = _PER_GPU.search(scope), _PER_NODE.search(scope)
             if per_gpu and not (per_node and per_node.start() < per_gpu.start()):
                 return StatedNetwork(count * rate, f"{match[0].strip()} per GPU")
-            if per_node or match[1]:  # 'N x rate' counts a node's NICs
+            # 'N x rate' counts a node's NICs; in an NVL72 rack (gpus_per_node: its NVLink domain)
+            # a "node" may be a 4-GPU compute tray or the rack, so only a rate per GPU is read there
+            if (per_node or match[1]) and gpus_per_node <= MAX_NIC_NODE_GPUS:
                 return StatedNetwork(count * rate / gpus_per_node, f"{match[0].strip()} per node of {gpus_per_node} GPUs")
     return None
 
@@ -73,7 +76,7 @@ def stated_network(row: dict[str, Any], gpus_per_node: int) -> StatedNetwork | N
     words = _from_words(text, gpus_per_node)
     if words is not None:
         return words
-    for pattern, name, gbit in _instances():
+    for pattern, name, gbit in _instances() if gpus_per_node <= MAX_NIC_NODE_GPUS else ():
         if pattern.search(text):
             return StatedNetwork(gbit / 8 / gpus_per_node, f"{name}: {gbit:g} Gb/s per node of {gpus_per_node} GPUs "
                                  f"(profiles/validation/networks.yaml)")

@@ -81,7 +81,7 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   states a rate with its scope ('400 Gbps per node', '8x 200 Gb/s HDR per node', '400 Gb/s per
   GPU'; a count of NICs is a node's) or names a cloud instance in profiles/validation/networks.yaml
   (AWS p4d, p5; Azure ND A100 v4, ND H100 v5): then that rate per GPU (the row's 'network');
-  a rate without a scope ('InfiniBand 400 Gb/s') is not read
+  a rate without a scope ('InfiniBand 400 Gb/s') is not read, nor a per-node one in an NVL72 rack
 - software stack from the 'software' column: Megatron-Core/NeMo -> megatron; torchtitan ->
   torchtitan (torchtitan-compile when torch.compile is on: the torch_compile column, or
   'compile' in the precision or variant, or notes / software version saying 'torch.compile

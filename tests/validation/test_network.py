@@ -52,6 +52,15 @@ def test_the_row_cluster_takes_the_stated_network():
     assert row_cluster({**ROW, "gpus_per_node": 4, "interconnect": "400 Gbps per node"}).nic_gb_per_s_per_gpu == 12.5
 
 
+def test_a_rack_reads_only_a_rate_per_gpu():
+    # GB200 NVL72: gpus_per_node is the 72-GPU NVLink domain, while "4x 400 Gb/s per compute tray"
+    # (or per VM) is one 4-GPU tray's: a per-node rate is not read there, a per-GPU one is
+    rack = {"gpu_type": "GB200", "gpu_normalized": "GB200", "num_gpus": 144, "gpus_per_node": 4}
+    assert row_cluster({**rack, "interconnect": "4x 400 Gb/s InfiniBand per VM"}).nic_gb_per_s_per_gpu == 50.0  # the preset's
+    assert stated_network({"interconnect": "4x 400 Gb/s InfiniBand per VM"}, 72) is None
+    assert row_cluster({**rack, "interconnect": "200 Gb/s per GPU"}).nic_gb_per_s_per_gpu == 25.0
+
+
 def test_the_report_names_the_network_it_read():
     """A row's result says which network it was costed on (not under 'resolved', which lists the
     choices the row leaves open): dev_runs' Selene rows state 8 x 200 Gb/s HDR per node."""
