@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from autopar.limits import MAX_NIC_GB_PER_S_PER_GPU
 from autopar.specs._files import PROFILES_DIR
 
 NETWORKS_FILE = PROFILES_DIR / "validation" / "networks.yaml"
@@ -46,12 +47,17 @@ def _from_words(text: str, gpus_per_node: int) -> StatedNetwork | None:
     for part in re.split(r"[;|]", text):
         if _INSIDE_NODE.search(part) and not _SCALE_OUT.search(part):
             continue
-        for match in _RATE.finditer(part):
-            if _INSIDE_NODE.search(part[max(0, match.start() - 30):match.start()]) and not _SCALE_OUT.search(part):
+        matches = list(_RATE.finditer(part))
+        for i, match in enumerate(matches):
+            # a rate written after an in-node link's name, and no network's since the last rate, is
+            # that link's ("NVLink 600 GB/s intra-node, HDR InfiniBand 200 Gb/s per GPU")
+            before = part[matches[i - 1].end() if i else 0:match.start()]
+            if _INSIDE_NODE.search(before) and not _SCALE_OUT.search(before):
                 continue
             count, rate = int(match[1] or 1), _gb_per_s(match[2], match[3])
-            # the scope written nearest after the rate: "8x 200 Gb/s per VM (one per GPU)" is per node
-            scope = part[match.end():]
+            # the scope written nearest after the rate, before the next rate: "8x 200 Gb/s per VM
+            # (one per GPU)" is per node
+            scope = part[match.end():matches[i + 1].start() if i + 1 < len(matches) else len(part)]
             per_gpu, per_node = _PER_GPU.search(scope), _PER_NODE.search(scope)
             if per_gpu and not (per_node and per_node.start() < per_gpu.start()):
                 return StatedNetwork(count * rate, f"{match[0].strip()} per GPU")
@@ -69,15 +75,13 @@ def _instances() -> tuple[tuple[re.Pattern, str, float], ...]:
 
 
 def stated_network(row: dict[str, Any], gpus_per_node: int) -> StatedNetwork | None:
-    """The NIC bandwidth per GPU the row's interconnect column states, else None (the preset's)."""
+    """The NIC bandwidth per GPU the row's interconnect column states, else None (the preset's);
+    a rate outside what a NIC carries (0, or above MAX_NIC_GB_PER_S_PER_GPU) is not taken."""
     text = str(row.get("interconnect") or "")
-    if not text:
-        return None
-    words = _from_words(text, gpus_per_node)
-    if words is not None:
-        return words
-    for pattern, name, gbit in _instances() if gpus_per_node <= MAX_NIC_NODE_GPUS else ():
+    stated = _from_words(text, gpus_per_node) if text else None
+    for pattern, name, gbit in _instances() if text and stated is None and gpus_per_node <= MAX_NIC_NODE_GPUS else ():
         if pattern.search(text):
-            return StatedNetwork(gbit / 8 / gpus_per_node, f"{name}: {gbit:g} Gb/s per node of {gpus_per_node} GPUs "
-                                 f"(profiles/validation/networks.yaml)")
-    return None
+            stated = StatedNetwork(gbit / 8 / gpus_per_node, f"{name}: {gbit:g} Gb/s per node of {gpus_per_node} GPUs "
+                                   f"(profiles/validation/networks.yaml)")
+            break
+    return stated if stated is not None and 0 < stated.nic_gb_per_s_per_gpu <= MAX_NIC_GB_PER_S_PER_GPU else None

@@ -11,14 +11,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import InputError, ProfileNotFound
-from autopar.limits import MAX_NIC_GB_PER_S_PER_GPU
 from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_cluster, load_gpu, load_model
 from autopar.specs._files import preset_files
 from autopar.specs.hardware import GpuSpec, IntraNode
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
-from autopar.validation.network import stated_network
+from autopar.validation.network import MAX_NIC_NODE_GPUS, stated_network
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
 CLUSTER_FOR_GPU = {
@@ -541,12 +540,12 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
     per_node = row.get("gpus_per_node")
     # a smaller node than the preset's (e.g. 4-GPU PCIe boxes, an 8-GPU DGX-1 beside the 16-GPU
     # DGX-2) narrows the NVLink domain; an NVL72 rack's 4-GPU compute trays do not (it stays 72)
-    if per_node and per_node < cluster.gpus_per_node <= 16:
+    if per_node and per_node < cluster.gpus_per_node <= MAX_NIC_NODE_GPUS:
         cluster = cluster.model_copy(update={"gpus_per_node": per_node})
     # the scale-out network the row states (its interconnect column: a rate, or a cloud instance
     # named in profiles/validation/networks.yaml) in place of the preset's NICs
     stated = stated_network(row, cluster.gpus_per_node)
-    if stated is not None and 0 < stated.nic_gb_per_s_per_gpu <= MAX_NIC_GB_PER_S_PER_GPU:
+    if stated is not None:
         cluster = cluster.model_copy(update={"nic_gb_per_s_per_gpu": stated.nic_gb_per_s_per_gpu})
     # a published run is judged against the GPU's physical HBM: an operator's memory headroom
     # in the preset is no part of what the run had
@@ -859,8 +858,7 @@ def row_inputs(row: dict[str, Any]) -> RowInputs:
     training = row_training(row, cluster.gpu)
     fields, open_choices = row_plan_fields(row, model, training)
     stated = stated_network(row, cluster.gpus_per_node)
-    network = (f"{stated.how}: {cluster.nic_gb_per_s_per_gpu:g} GB/s per GPU"
-               if stated is not None and stated.nic_gb_per_s_per_gpu == cluster.nic_gb_per_s_per_gpu else None)
+    network = None if stated is None else f"{stated.how}: {stated.nic_gb_per_s_per_gpu:g} GB/s per GPU"
     return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model), network)
 
 

@@ -21,6 +21,9 @@ from autopar.validation.rows import row_cluster
     ("Grand Teton: 8 GPUs/host fully NVLink-connected; backend RDMA 400 Gb/s per GPU", 50.0, "400 Gb/s per GPU"),
     ("1600 Gbps RoCE node-node", 25.0, "1600 Gbps per node of 8 GPUs"),
     ("InfiniBand 3.2 Tbps per node", 50.0, "3.2 Tbps per node of 8 GPUs"),  # 3,200 Gb/s / 8 / 8
+    # in one clause with the network, the NVLink rate is still the link's, and does not borrow
+    # the network rate's scope: 200 Gb/s / 8 = 25 GB/s per GPU (not NVLink's 600)
+    ("NVLink 600 GB/s intra-node, HDR InfiniBand 200 Gb/s per GPU", 25.0, "200 Gb/s per GPU"),
     # a named cloud instance (profiles/validation/networks.yaml): p4d's 400 Gb/s EFA per 8 A100
     ("AWS p4d.24xlarge, EFA", 6.25, "AWS p4d: 400 Gb/s per node of 8 GPUs (profiles/validation/networks.yaml)"),
     ("Azure NDm A100 v4", 25.0, "Azure ND A100 v4 / NDm A100 v4: 1600 Gb/s per node of 8 GPUs (profiles/validation/networks.yaml)"),
@@ -35,6 +38,8 @@ def test_rates_in_words_and_named_instances(text, gb_per_s, how):
     "Eos: NVLink4 450 GB/s uni-directional intra-node; InfiniBand 400 Gb/s inter-node",
     "128 A100 GPUs with 400Gbps network connection",
     "DGX-B200 (NVLink5 intra-node)", "not stated", "",
+    # 8 x 1,000 GB/s per node = 1,000 GB/s per GPU: 10x the fastest NIC (autopar.limits), a typo
+    "8x 1000 GB/s per node",
 ])
 def test_unscoped_rates_and_no_rate_are_not_read(text):
     assert stated_network({"interconnect": text}, 8) is None
