@@ -123,10 +123,15 @@ def estimate_table(e: Estimate, title: str = "") -> str:
 
 
 def trust_line(v) -> str:
-    """How far to trust an estimate: its family's error over the published runs (autopar validate)."""
-    if v.mape is None:
+    """How far to trust an estimate: its family's error over the published runs (autopar validate),
+    and over the held-out runs no coefficient was fitted to."""
+    if v.mape is None and not v.holdout_rows:
         return v.warning or f"{v.family}: no published runs"
-    return f"{v.family}: mean error {100 * v.mape:.1f}% over {v.num_rows} published runs"
+    parts = [f"mean error {100 * v.mape:.1f}% over {v.num_rows} published runs"] if v.mape is not None else []
+    if v.holdout_rows:
+        parts.append(f"{100 * v.holdout_mape:.1f}% over {v.holdout_rows} held-out runs "
+                     f"({100 * v.holdout_mean_signed_error:+.1f}% signed: {'optimistic' if v.holdout_mean_signed_error > 0 else 'pessimistic'})")
+    return f"{v.family}: " + "; ".join(parts)
 
 
 def _stages(layers: list[int]) -> str:

@@ -31,12 +31,13 @@ def _docs(root: Path) -> None:
 
 def _validation(root: Path) -> None:
     from autopar.cli.common import dump_json
-    from autopar.cli.validate import FAMILIES_FILE, REPORT_DIR, REPORT_RUNS, validate_files, write_report_dir
+    from autopar.cli.validate import FAMILIES_FILE, REPORT_DIR, REPORT_HOLDOUT, REPORT_RUNS, validate_files, write_report_dir
     from autopar.validation import families_table
 
-    reports = validate_files([str(ROOT / r) for r in REPORT_RUNS])
-    write_report_dir(reports, root / REPORT_DIR)
-    _write(root / FAMILIES_FILE, dump_json(families_table(reports)))
+    reports = validate_files([str(ROOT / r) for r in REPORT_RUNS + REPORT_HOLDOUT])
+    held = tuple(Path(r).stem for r in REPORT_HOLDOUT)
+    write_report_dir(reports, root / REPORT_DIR, held)
+    _write(root / FAMILIES_FILE, dump_json(families_table(reports, held)))
 
 
 def _ci_summary(root: Path) -> None:

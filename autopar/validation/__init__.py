@@ -30,12 +30,23 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def families_table(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The validated error per family over every file's modelled rows (profiles/validation/families.json)."""
-    rows = [RowResult.model_validate(r) for rep in reports.values() for r in rep["rows"]]
-    modelled = [r for r in rows if r.error is not None and not r.not_modelled]
-    table = summarize(modelled)["by_family"]
-    return {"source": "autopar validate " + " ".join(sorted(reports)), "families": table}
+def families_table(reports: dict[str, dict[str, Any]], holdout: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The validated error per family over every file's modelled rows (profiles/validation/families.json).
+    Reports named in `holdout` (runs no coefficient was fitted to) are kept apart: each family
+    carries their error under 'holdout', and a family only they cover has num_rows 0."""
+    def modelled(names) -> list[RowResult]:
+        rows = [RowResult.model_validate(r) for name in names for r in reports[name]["rows"]]
+        return [r for r in rows if r.error is not None and not r.not_modelled]
+
+    table = summarize(modelled([n for n in reports if n not in holdout]))["by_family"]
+    held = summarize(modelled([n for n in reports if n in holdout]))["by_family"] if holdout else {}
+    for family, stats in held.items():
+        table.setdefault(family, {"mape": None, "num_rows": 0, "median_abs_error": None, "mean_signed_error": None})
+        table[family]["holdout"] = {k: stats[k] for k in ("mape", "num_rows", "mean_signed_error")}
+    source = "autopar validate " + " ".join(sorted(n for n in reports if n not in holdout))
+    if holdout:
+        source += " (held out: " + " ".join(sorted(holdout)) + ")"
+    return {"source": source, "families": dict(sorted(table.items()))}
 
 
 def validate_runs(path: str | Path, params: CostParams | None = None,

@@ -836,7 +836,10 @@ def unused_columns(row: dict[str, Any]) -> list[str]:
 NOT_MODELLED = (
     (re.compile(r"mamba|state.space|nemotron[-_ ]?h\b|jamba|zamba|falcon[-_ ]?h1", re.I),
      "hybrid state-space layers (Mamba) are not in the model spec", lambda m: m.mamba is not None),
-    (re.compile(r"activation_cpu_offload|optimizer offload [1-9]", re.I), "CPU offload of activations or optimizer states is not modelled",
+    # ModelZoo's 'optimizer offload 1', DeepSpeed recipes' '--cpu-optimizer' / offload_optimizer (ZeRO-Offload: the
+    # optimizer step on the host, gradients and parameters over PCIe each step)
+    (re.compile(r"activation_cpu_offload|optimizer offload [1-9]|\bcpu[-_ ]optimizer|offload_optimizer|"
+                r"optimizer (?:states? )?offload(?:ed)? to (?:the )?(?:cpu|host)", re.I), "CPU offload of activations or optimizer states is not modelled",
      lambda m: False),
 )
 
