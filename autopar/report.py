@@ -129,8 +129,9 @@ def trust_line(v) -> str:
         return v.warning or f"{v.family}: no published runs"
     parts = [f"mean error {100 * v.mape:.1f}% over {v.num_rows} published runs"] if v.mape is not None else []
     if v.holdout_rows:
-        parts.append(f"{100 * v.holdout_mape:.1f}% over {v.holdout_rows} held-out runs "
-                     f"({100 * v.holdout_mean_signed_error:+.1f}% signed: {'optimistic' if v.holdout_mean_signed_error > 0 else 'pessimistic'})")
+        sign = v.holdout_mean_signed_error
+        lean = "optimistic" if sign > 0 else "pessimistic" if sign < 0 else "unbiased"
+        parts.append(f"{100 * v.holdout_mape:.1f}% over {v.holdout_rows} held-out runs ({100 * sign:+.1f}% signed: {lean})")
     return f"{v.family}: " + "; ".join(parts)
 
 

@@ -138,7 +138,8 @@ def validate(runs, as_json, out, report_dir, families, holdout_runs, quiet):
     if as_json:
         click.echo(dump_json(next(iter(reports.values())) if len(reports) == 1 else reports), nl=False)
     else:
-        click.echo("\n\n".join(f"== {name}\n{render(rep)}" if len(reports) > 1 else render(rep) for name, rep in reports.items()))
+        click.echo("\n\n".join(f"== {name}{' (held out)' if name in held else ''}\n{render(rep)}" if len(reports) > 1 else render(rep)
+                               for name, rep in reports.items()))
     for path, rep in zip(runs, reports.values()):
         summary = rep["summary"]
         if not summary["num_predicted"]:

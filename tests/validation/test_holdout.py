@@ -70,6 +70,8 @@ def test_family_error_carries_both_figures(monkeypatch):
     assert only_held.mape is None and only_held.holdout_rows == 2 and only_held.warning is None
     assert trust_line(only_held) == "moe/fsdp/fp8/hopper: 40.0% over 2 held-out runs (-10.0% signed: pessimistic)"
     assert trust.family_error("dense/fsdp/fp4/blackwell").warning.startswith("no published runs validate")
+    table["moe/fsdp/fp8/hopper"]["holdout"]["mean_signed_error"] = 0.0
+    assert trust_line(trust.family_error("moe/fsdp/fp8/hopper")).endswith("(+0.0% signed: unbiased)")
 
 
 def test_shipped_families_carry_the_holdout():
@@ -92,6 +94,7 @@ def test_cli_holdout_option(tmp_path):
     fam = json.loads(fams.read_text())["families"]["dense/fsdp/bf16/ampere"]
     assert fam["num_rows"] == 1 and fam["holdout"]["num_rows"] == 1
     assert "| held (held out) |" in (tmp_path / "rep" / "summary.md").read_text()
+    assert "== dev\n" in r.output and "== held (held out)\n" in r.output
     clash = tmp_path / "sub"
     clash.mkdir()
     (clash / "dev.json").write_text(dev.read_text())
