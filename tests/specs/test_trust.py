@@ -19,8 +19,9 @@ def test_estimate_carries_its_family_error():
 
 
 def test_family_without_runs_warns():
-    # no published FP4 run in tests/data: the estimate says it is unvalidated
-    est = estimate(load_model("llama3-8b"), load_cluster("dgx-b200"), TrainingSpec(seq_len=4096, global_batch_size=64, precision="fp4"),
+    # no published dense BF16 Megatron-style run on Blackwell in tests/data, held out or not (the
+    # Megatron-Bridge dense rows are FP8, MXFP8 and NVFP4): the estimate says it is unvalidated
+    est = estimate(load_model("llama3-8b"), load_cluster("dgx-b200"), TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16"),
                    parse_plan("tp=1"))
-    assert est.validated.num_rows == 0 and est.validated.mape is None
-    assert "no published runs validate dense/megatron-style/fp4/blackwell" in est.validated.warning
+    assert est.validated.num_rows == 0 and est.validated.mape is None and est.validated.holdout_rows == 0
+    assert "no published runs validate dense/megatron-style/bf16/blackwell" in est.validated.warning

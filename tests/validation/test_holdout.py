@@ -21,7 +21,10 @@ HOLDOUT = DATA / "holdout_runs.json"
 
 def test_holdout_rows_are_new_and_sourced():
     rows = load_rows(HOLDOUT)
-    assert len(rows) == 55  # 16 fms-fsdp README, 3 DeepSpeed Azure blog, 36 Megatron-Bridge performance summary
+    # 16 fms-fsdp README, 3 DeepSpeed Azure blog, 36 Megatron-Bridge MoE rows and 76 dense LLaMA rows of
+    # the same pages (every pre-training row with a Precision column, 25.11-26.06: H100 10, B200 4,
+    # GB200 31, GB300 31)
+    assert len(rows) == 131
     dev_ids = {r["id"] for f in ("dev", "moe", "fsdp") for r in load_rows(DATA / f"{f}_runs.json")}
     assert len({r["id"] for r in rows}) == len(rows) and not dev_ids & {r["id"] for r in rows}
     assert all(r["source"] and r["source_location"] and r["table_or_section"] for r in rows)
@@ -79,10 +82,13 @@ def test_shipped_families_carry_the_holdout():
     table = json.loads(trust.FAMILIES_FILE.read_text())
     assert table["source"].endswith("(held out: holdout_runs)")
     held = {f: v["holdout"]["num_rows"] for f, v in table["families"].items() if "holdout" in v}
-    # 55 rows less the two ZeRO-Offload rows reported as not modelled; the MXFP8 MoE rows on Blackwell,
+    # 131 rows less the two ZeRO-Offload rows reported as not modelled; the MXFP8 MoE rows on Blackwell,
     # counted by hand in the Megatron-Bridge tables: 26.08 all 12, 26.06 7 (its 2 H100 rows are FP8
     # on Hopper), 26.02.01 3 (B200 DeepSeek-V3, B200 Qwen3-30B, B300 Qwen3-235B), 25.11 1 (B200 FP8-MX)
-    assert sum(held.values()) == 53 and held["moe/megatron-style/fp8/blackwell"] == 23
+    assert sum(held.values()) == 129 and held["moe/megatron-style/fp8/blackwell"] == 23
+    # the dense NVFP4 rows: GB200 and GB300 in each of 26.02, 26.02.01, 26.04, 26.04.01 (LLaMA-3 70B and
+    # LLaMA-3.1 405B: 16) and 26.06 (405B only: 2)
+    assert held["dense/megatron-style/fp4/blackwell"] == 18
 
 
 def test_cli_holdout_option(tmp_path):
