@@ -695,9 +695,11 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
     until the backward is done (torch.distributed.fsdp.ShardingStrategy docs), FSDP2's
     reshard_after_forward=False."""
     value = row.get("fsdp")
-    if value is None or _flag(value) is False:
-        return False, None, False
     text = str(value).lower()
+    # 'DDP' or 'DDP + distributed optimizer': plain data parallelism, no FSDP
+    ddp_only = re.search(r"\bddp\b", text) and not re.search(r"fsdp|shard|zero", text)
+    if value is None or _flag(value) is False or ddp_only or text.strip() in ("n/a", "-", ""):
+        return False, None, False
     keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2", text))
     way = re.search(r"(\d+)-way", text)
     if way is None and "hybrid" in text:
@@ -705,13 +707,16 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
     return True, int(way.group(1)) if way and "routed experts" not in text else None, keeps
 
 
-OFF_WORDS = frozenset({"off", "false", "no", "none", "disabled", "disable"})
-ON_WORDS = frozenset({"on", "true", "yes", "enabled", "enable"})
+OFF_WORDS = frozenset({"off", "false", "no", "none", "disabled", "disable", "n", "\u2717", "\u2718"})
+ON_WORDS = frozenset({"on", "true", "yes", "enabled", "enable", "y", "\u2713", "\u2714"})
+# the leading word of a cell, when a note follows it: 'True (--use-distributed-optimizer)', 'No (DDP)'
+_LEADING_WORD = re.compile(r"([a-z]+|[\u2713\u2714\u2717\u2718])(?![a-z0-9/])")
 
 
 def _flag(value: Any) -> bool | None:
-    """A yes/no cell: a boolean, a number (0 is off), a number or an on/off word as text; None when
-    the text says neither (a description such as 'FSDP2 8-way')."""
+    """A yes/no cell: a boolean, a number (0 is off), a number or an on/off word as text, also
+    when a note follows the word ('yes (Megatron distributed optimizer)'); None when the text says
+    neither (a description such as 'FSDP2 8-way', or 'n/a')."""
     if isinstance(value, (bool, int, float)):
         return bool(value)
     text = str(value).strip().lower()
@@ -720,7 +725,11 @@ def _flag(value: Any) -> bool | None:
     try:
         return float(text) != 0
     except ValueError:
-        return None
+        pass
+    lead = _LEADING_WORD.match(text)
+    if lead and (lead.group(1) in OFF_WORDS or lead.group(1) in ON_WORDS):
+        return lead.group(1) in ON_WORDS
+    return None
 
 
 def _zero(row: dict[str, Any], fsdp: bool) -> int:

@@ -38,13 +38,18 @@ def test_every_row_is_read(name):
     ("FSDP2 8-way", 3, 8),                            # 8 of 64 ranks: HSDP shard group
     ("0.0", 1, None), ("none", 1, None), ("Disabled", 1, None), ("off", 1, None),  # off in words and text numbers
     ("true", 3, None),
+    # plain data parallelism written out (a fuzz of validate's row parsing read these as FSDP on)
+    ("DDP", 1, None), ("N", 1, None), ("No (DDP + distributed optimizer)", 1, None), ("n/a", 1, None),
 ])
 def test_fsdp_column_spellings(fsdp, zero, shard):
     fields = row_inputs({**BASE, "fsdp": fsdp, "tp": 8 if "TP 8" in str(fsdp) else 1}).plan_fields
     assert fields["zero"] == zero and fields.get("zero_shard_size") == shard
 
 
-@pytest.mark.parametrize("value, zero", [(False, 0), ("false", 0), ("no", 0), ("0", 0), (True, 1), ("True", 1), ("on", 1)])
+@pytest.mark.parametrize("value, zero", [(False, 0), ("false", 0), ("no", 0), ("0", 0), (True, 1), ("True", 1), ("on", 1),
+                                         # a flag word with a note after it, y/n, check marks (they were refused)
+                                         ("True (--use-distributed-optimizer)", 1), ("yes (Megatron distributed optimizer)", 1),
+                                         ("Y", 1), ("\u2713", 1), ("N", 0), ("no (plain DDP)", 0)])
 def test_distributed_optimizer_flag_spellings(value, zero):
     # a text "false" is off (it read as on: any non-empty string is truthy)
     row = {k: v for k, v in BASE.items()}
