@@ -134,7 +134,6 @@ def table(report: PlanReport) -> str:
     if capacity:
         lines.append(f"  mem GB = peak HBM per GPU (fullest stage) of {', '.join(f'{c / GB:.1f}' for c in sorted(capacity))} GB the plan may fill")
     return "\n".join(lines)
-    return "\n".join(lines)
 
 
 def summary(report: PlanReport) -> list[str]:

@@ -34,7 +34,6 @@ def usable_hbm_text(usable_bytes: float, headroom_bytes: float) -> str:
             f"{headroom_bytes / GB:.1f} GB headroom)")
 
 
-
 class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

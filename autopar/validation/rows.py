@@ -518,6 +518,12 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
 
 
 def row_cluster(row: dict[str, Any]) -> ClusterSpec:
+    return _row_cluster(row)[0]
+
+
+def _row_cluster(row: dict[str, Any]) -> tuple[ClusterSpec, str | None]:
+    """The row's cluster, and the scale-out network read from its interconnect column (for the
+    report; None: the preset's)."""
     part, family = _gpu_name(row)
     gpu = load_gpu(part)
     preset = CLUSTER_FOR_GPU.get(load_gpu(family).name)
@@ -545,11 +551,13 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
     # the scale-out network the row states (its interconnect column: a rate, or a cloud instance
     # named in profiles/validation/networks.yaml) in place of the preset's NICs
     stated = stated_network(row, cluster.gpus_per_node)
+    network = None
     if stated is not None:
         cluster = cluster.model_copy(update={"nic_gb_per_s_per_gpu": stated.nic_gb_per_s_per_gpu})
+        network = f"{stated.how}: {stated.nic_gb_per_s_per_gpu:g} GB/s per GPU"
     # a published run is judged against the GPU's physical HBM: an operator's memory headroom
     # in the preset is no part of what the run had
-    return cluster.with_gpus(int(row["num_gpus"])).with_memory_headroom(0.0)
+    return cluster.with_gpus(int(row["num_gpus"])).with_memory_headroom(0.0), network
 
 
 def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
@@ -866,11 +874,9 @@ def not_modelled(row: dict[str, Any], model: ModelSpec | None = None) -> str | N
 
 
 def row_inputs(row: dict[str, Any]) -> RowInputs:
-    model, cluster = row_model(row), row_cluster(row)
+    model, (cluster, network) = row_model(row), _row_cluster(row)
     training = row_training(row, cluster.gpu)
     fields, open_choices = row_plan_fields(row, model, training)
-    stated = stated_network(row, cluster.gpus_per_node)
-    network = None if stated is None else f"{stated.how}: {stated.nic_gb_per_s_per_gpu:g} GB/s per GPU"
     return RowInputs(model, cluster, training, fields, open_choices, unused_columns(row), not_modelled(row, model), network)
 
 
