@@ -16,10 +16,11 @@ from autopar.errors import AutoparError, InputError
 from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
+from autopar.specs.hardware import GpuSpec
 from autopar.specs.plan import Recompute
 from autopar.specs.training import Stack
 from autopar.specs.trust import family_of
-from autopar.validation.rows import RowInputs, normalize_row, plan_of, row_inputs
+from autopar.validation.rows import RowInputs, frozen_weights, normalize_row, plan_of, row_inputs
 
 GIB = 2**30
 
@@ -99,13 +100,17 @@ def source_flops_per_token(row: dict[str, Any], model: ModelSpec) -> tuple[float
         return 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)), "narayanan_eq3"
     # Megatron-LM / NeMo model FLOPs: 3 x forward (2 x for LoRA), no recompute; attention
     # non-causal, or causal in Megatron-LM from 2025-03 (its --log-throughput TFLOP/s)
-    frozen = str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter")
+    frozen = frozen_weights(row)
     if "megatron" in stack and megatron_counts_causal(row):
         return model_flops_per_token(model, s, causal=True, frozen_weights=frozen), "megatron_model_flops_causal"
     return model_flops_per_token(model, s, frozen_weights=frozen), "megatron_model_flops"
 
 
-def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec) -> tuple[float, str] | None:
+def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec, gpu: GpuSpec | None = None) -> tuple[float, str] | None:
+    """The row's measured tokens/s per GPU and the column it came from. An MFU or HFU without the
+    peak the source divided by is taken against `gpu`'s dense half-precision peak, the convention
+    of MFU (PaLM, Chowdhery et al. 2022, App. B: against the accelerator's bf16 matmul peak;
+    torchtitan's MFU, get_peak_flops, likewise for its float8 runs)."""
     n = row["num_gpus"]
     if row.get("tokens_per_sec_per_gpu"):
         return float(row["tokens_per_sec_per_gpu"]), "tokens_per_sec_per_gpu"
@@ -118,10 +123,13 @@ def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec) -> tuple[floa
     flops, how = source_flops_per_token(row, model)
     if row.get("tflops_per_gpu"):
         return row["tflops_per_gpu"] * 1e12 / flops, f"tflops_per_gpu ({how})"
-    peak = row.get("peak_tflops_used_by_source")
+    peak, stated = row.get("peak_tflops_used_by_source"), "stated"
+    if not peak and gpu is not None:
+        peak, stated = getattr(gpu.peak_tflops, gpu.half_dtype), f"the part's dense {gpu.half_dtype} peak: none stated"
     for key in ("mfu", "hfu"):
         if row.get(key) and peak:
-            return row[key] * peak * 1e12 / flops, f"{key} x {peak} TFLOP/s ({how})"
+            note = how if stated == "stated" else f"{how}; {stated}"
+            return row[key] * peak * 1e12 / flops, f"{key} x {peak} TFLOP/s ({note})"
     return None
 
 
@@ -198,7 +206,7 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         base = base.model_copy(update={"num_gpus": int(row.get("num_gpus") or 0)})
         inputs = row_inputs(row)
         base = base.model_copy(update={"unused": inputs.unused, "not_modelled": inputs.not_modelled, "stack": inputs.training.stack.value})
-        measured = measured_tokens_per_gpu(row, inputs.model)
+        measured = measured_tokens_per_gpu(row, inputs.model, inputs.cluster.gpu)
         if measured is None:
             return base.model_copy(update={"skipped": "no measured throughput, step time, TFLOP/s or MFU"})
         est, resolved, fields = _resolve(inputs, params_for_cluster(inputs.cluster, params))

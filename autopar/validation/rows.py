@@ -58,7 +58,10 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - global_batch_size: tokens_per_batch / seq_len, else micro_batch_size x dp x grad_accum_steps
   (the report lists the derivation under 'resolved'); numeric columns written as text ('1,024')
   read as numbers, a zero_stage written as text ('ZeRO-3') as its stage, an mfu or hfu written
-  as a percentage ('38.2%', or a number above 1) as its fraction; dp, where the batch needs it
+  as a percentage ('38.2%', or a number above 1) as its fraction; a number with a unit or an
+  approximation ('~3700', '3700 tok/s', '64 GPUs', '850 ms' in step_time_s) as the number, a K or
+  M after a count of tokens, sequences or GPUs binary ('4K' = 4,096), after a throughput decimal;
+  'None', 'N.A.', 'TBD' in a numeric column: not given; dp, where the batch needs it
   and the row has none, is num_gpus / (tp x pp x cp)
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
@@ -73,8 +76,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   FP8/MXFP8, BF16, FP16/AMP), else bf16 (fp16 on a part without bf16: V100)
 - gpus_per_node: 8 (72 for NVL72 GPUs, 4 for GH200, 16 for V100: DGX-2); attention unfused on
   V100 (FlashAttention needs sm_75+)
-- GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe) outranks the nearest
-  label in gpu_normalized; a label that is no preset ('H100 (80GB)', 'DGX-B200') is read for the
+- GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe, a 40 GB A100, a 96 GB
+  H100, a power-capped 750 W B200) outranks the nearest label in gpu_normalized, which is read
+  for the same parts next; a label that is no preset ('H100 (80GB)', 'DGX-B200') is read for the
   GPU it names; a PCIe card's node talks over PCIe at the card's link rate
 - scale-out network: the GPU's cluster preset (CLUSTER_FOR_GPU), unless the interconnect column
   states a rate with its scope ('400 Gbps per node', '8x 200 Gb/s HDR per node', '400 Gb/s per
@@ -87,10 +91,14 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   enabled', 'compile on', 'compile from <toml>' and not 'compile off'); Composer/llm-foundry FSDP ->
   llm-foundry; HF Trainer / Accelerate, fairscale, metaseq, fms-fsdp or 'PyTorch FSDP' as the trainer
   (not Megatron/NeMo) -> pytorch-fsdp; other DeepSpeed rows -> deepspeed; the rest -> megatron
-- sequence_parallel: on when tp > 1 (Megatron-Core and NeMo default), off for 2021 software
-- recompute in other trainers' words: 'none', 'without/no activation checkpointing' -> none
-  (read first); 'activation/gradient checkpointing', 'AC=full', yes/true -> full; 'SAC' ->
-  selective; off/false -> none; anything else is an open choice
+- sequence_parallel, torch_compile, async_tp: yes/no as written ('False' is off); sequence
+  parallel not given: on when tp > 1 (Megatron-Core and NeMo default), off for software from
+  before 2022 (a version or software naming 2021, or dated earlier)
+- recompute in other trainers' words: 'none', 'without/no activation checkpointing', 'No AC',
+  'AC off', 'activation checkpointing: off' -> none (read first); 'full...' -> full; 'selective'
+  anywhere, 'SAC', --recompute-activations -> selective; 'activation/gradient checkpointing',
+  'AC=full', --checkpoint-activations, a true flag -> full; a false flag -> none; anything else
+  (a count of layers, 'partial') is an open choice
 - ZeRO stage in words: os / os+g / os+g+p (the ZeRO paper's partitions) -> 1 / 2 / 3, FSDP -> 3,
   distributed optimizer -> 1, none/DDP -> 0; PyTorch FSDP HYBRID_SHARD shards within a node,
   SHARD_GRAD_OP keeps the gathered weights from forward to backward (reshard off)
@@ -108,15 +116,24 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   enable_fsdp_float8_all_gather) or 'fp8-param-gather' (Megatron-LM); off otherwise
 - torchtitan per-op SAC: keeps cuDNN attention's output unless the software version's latest date
   is before 2025-12 (torchtitan PR #2095 added cuDNN to the save list; Blackwell runs cuDNN first)
-- MoE routing: forced balanced when the row says so, in consecutive expert blocks when it names
+- MoE routing: forced balanced when the row says so ('force-balanced', 'uniform routing',
+  'ideal routing', --moe-router-force-load-balancing), in consecutive expert blocks when it names
   NeMo AutoModel's fake balanced gate; token dropping at the capacity the row names;
   otherwise learned dropless
-- task lora: base weights frozen (no weight gradients, optimizer or DP reduction)
+- task naming LoRA, QLoRA, PEFT or adapters: base weights frozen (no weight gradients, optimizer
+  or DP reduction)
+- an mfu or hfu without peak_tflops_used_by_source: against the part's dense bf16 peak (fp16 on
+  Volta), MFU's convention (PaLM App. B)
+- MoE: dispatcher 'DeepEP'/'deep_ep'/'Hybrid-EP'/'flex' -> deepep, 'all-gather' -> allgather, else
+  all-to-all; EP all-to-all overlapped when the row says 'A2A overlap', 'EP overlap' or
+  --overlap-moe-expert-parallel-comm; HSDP shards within a node as HYBRID_SHARD
 - gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo/gpt-oss/Kimi names; GPT, MPT, Nemotron not gated
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
 - vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)
 - head_dim: the kv_channels / head_dim its dims_source states, else the preset's (below), else hidden / heads
+- a Hugging Face repo id names its model ('meta-llama/Llama-2-7b-hf', 'Mixtral-8x7B-v0.1'); a MoE
+  named by its total size only ('Qwen3-235B') is the one preset adding its active size ('-a22b')
 - the architecture's own fields (MLA, dense prefix and interleaved MoE layers, MTP, local attention
   windows, Gated DeltaNet layers, QK norm, router scoring, MLP gating, tied embeddings; not dropout,
   a training choice): from the model preset the row names (profiles/models; file name or a known
@@ -152,15 +169,29 @@ FLOAT_COLUMNS = ("tokens_per_sec_per_gpu", "tokens_per_sec_total", "step_time_s"
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
+# a number as tables write it: '~3700', '3700 tok/s', '64 GPUs', '4K', '1.2M'; a K or M after a
+# count of tokens, sequences or GPUs is binary ('4K' sequence = 4,096; '16K GPUs' = 16,384, Llama 3
+# paper sec. 3.3), after a throughput decimal ('3.7K tokens/s' = 3,700)
+_WRITTEN_NUMBER = re.compile(r"^(?:~|\u2248|approx\.?|about|ca\.)?\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+                             r"([kKmM])?(?![a-zA-Z])\s*([a-zA-Z/%][\w/ .%-]*)?$")
+BINARY_MULTIPLES = frozenset({"seq_len", "global_batch_size", "num_gpus", "tokens_per_batch", "vocab_size"})
+
+
 def _number(column: str, value: Any, integer: bool) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip().replace(",", "").replace("_", "")
-    if not text:
+    if not text or text.lower() in ("none", "n.a.", "tbd"):
         return None
-    if not _NUMBER.match(text):
+    written = None if _NUMBER.match(text) else _WRITTEN_NUMBER.match(text)
+    if written is None and not _NUMBER.match(text):
         raise InputError(column, value, "must be a number")
-    number = float(text)
+    number = float(written.group(1) if written else text)
+    if written and written.group(2):
+        base = 1024 if column in BINARY_MULTIPLES else 1000
+        number *= base ** (1 if written.group(2).lower() == "k" else 2)
+    if written and column == "step_time_s" and re.match(r"ms\b|millisec", written.group(3) or ""):
+        number /= 1000  # '850 ms' in the seconds column
     if integer:
         if number != int(number):
             raise InputError(column, value, "must be a whole number")
@@ -228,7 +259,8 @@ ZERO_WORDS = (
     (re.compile(r"^\s*p?os\s*$|distributed optimi[sz]er", re.I), 1),
     (re.compile(r"^\s*(?:none|off|no|disabled|ddp)\s*$", re.I), 0),
 )
-BLANK_CELLS = frozenset({"", "n/a", "na", "nan", "-", "\u2013", "\u2014", "?", "null", "unknown", "not stated", "not reported"})
+BLANK_CELLS = frozenset({"", "n/a", "na", "nan", "-", "\u2013", "\u2014", "?", "null", "unknown", "not stated", "not reported",
+                         "n.a.", "n/r", "tbd", "not available"})
 # what no derivation supplies; the rule says where else the value may come from
 REQUIRED_COLUMNS = (
     ("num_layers", "required (or a model_name that names a model preset, which gives the architecture)"),
@@ -254,9 +286,20 @@ def preset_key_for_name(name: str) -> str | None:
     key = next((k for pattern, k in PRESET_NAMES if pattern.search(name)), None)
     if key in files:
         return key
-    compact = re.sub(r"[^a-z0-9]", "", name.lower().replace("meta-", "").replace("meta ", ""))
+    # a Hugging Face repo id names the same model: 'meta-llama/Llama-2-7b-hf', 'mistralai/Mixtral-8x7B-v0.1'
+    bare = HF_NAME_SUFFIX.sub("", name.lower().rsplit("/", 1)[-1])
+    compact = re.sub(r"[^a-z0-9]", "", bare.replace("meta-", "").replace("meta ", ""))
     compact = re.sub(r"^llama3[123]", "llama3", compact)
-    return next((k for k in files if re.sub(r"[^a-z0-9]", "", k) == compact), None)
+    keys = {re.sub(r"[^a-z0-9]", "", k): k for k in files}
+    if compact in keys:
+        return keys[compact]
+    # a MoE named by its total size only ('Qwen3-235B'): the one preset that adds its active size ('-a22b')
+    active = [k for c, k in keys.items() if c.startswith(compact) and re.fullmatch(r"a\d+b", c[len(compact):])]
+    return active[0] if len(active) == 1 and compact else None
+
+
+# what a Hugging Face repo name adds after the model: '-hf', '-v0.1', '-Instruct', '-Base'
+HF_NAME_SUFFIX = re.compile(r"(?:[-_ ](?:hf|v\d+(?:\.\d+)+|instruct|base|chat|fp8|bf16))+$")
 
 
 def _dims_from_preset(out: dict[str, Any]) -> dict[str, str]:
@@ -328,13 +371,15 @@ def _family_vocab(name: str) -> int:
 # list (fsdp_runs.json: "gpu_normalized H100-80GB is the nearest allowed label"), so a part named
 # in gpu_type (A800, H800, H20, GH200, a PCIe card) outranks the label.
 STATED_PARTS = (
-    (re.compile(r"H100.*(96 ?GB|94-95 ?GB).*HBM2e", re.I), "H100-96GB-500W", "H100"),  # torchtitan Grand Teton, 500 W
-    (re.compile(r"B200.*power limited", re.I), "B200-750W", "B200"),                    # torchao MX benchmarks
+    # torchtitan Grand Teton, 500 W; written '96GB HBM2e', 'H100 96 GB' (not the 94 GB H100 NVL card)
+    (re.compile(r"H100(?![\s-]*NVL).*(\b9[456] ?GB|94-95 ?GB)", re.I), "H100-96GB-500W", "H100"),
+    (re.compile(r"B200.*(power[- ]?(?:limited|capped|cap)|\b750 ?W)", re.I), "B200-750W", "B200"),  # torchao MX benchmarks
     (re.compile(r"(\bGH200\b|grace.?hopper).*(14[14] ?GB|HBM3e)", re.I), "GH200-144GB", "GH200"),
     (re.compile(r"\bGH200\b|grace.?hopper", re.I), "GH200", "GH200"),
     (re.compile(r"H100.*\bPCIe", re.I), "H100-PCIe", "H100"),
     (re.compile(r"A100.*(\bPCIe.*\b40 ?GB|\b40 ?GB.*\bPCIe)", re.I), "A100-PCIe-40GB", "A100-80GB"),
     (re.compile(r"A100.*\bPCIe", re.I), "A100-PCIe-80GB", "A100-80GB"),
+    (re.compile(r"A100\b(?!-80GB).*\b40 ?GB", re.I), "A100-40GB", "A100-40GB"),
     (re.compile(r"\bA800\b", re.I), "A800", "A800"),
     (re.compile(r"\bH800\b", re.I), "H800", "H800"),
     (re.compile(r"\bH20\b", re.I), "H20", "H20"),
@@ -346,9 +391,10 @@ STATED_PARTS = (
 def _gpu_name(row: dict[str, Any]) -> tuple[str, str]:
     """(GPU profile, the GPU whose cluster preset the run used)."""
     stated = str(row.get("gpu_type") or "")
-    for pattern, part, family in STATED_PARTS:
-        if pattern.search(stated):
-            return part, family
+    for text in (stated, str(row.get("gpu_normalized") or "")):  # the part as stated, then the label
+        for pattern, part, family in STATED_PARTS:
+            if pattern.search(text):
+                return part, family
     name = str(row.get("gpu_normalized") or stated)
     if name.lower().startswith("ampere"):
         name = "A100-80GB"
@@ -378,7 +424,13 @@ GPU_IN_TEXT = (
 
 
 def is_2021(row: dict[str, Any]) -> bool:
-    return "2021" in str(row.get("software_version") or "") or str(row.get("source_group", "")).endswith("2021_table1")
+    """Software from before 2022: Megatron-LM as Narayanan et al. 2021 ran it (no flash attention,
+    sequence parallel, distributed optimizer or TP overlap) -- a version or software that names
+    2021 or earlier, or the paper's table."""
+    if str(row.get("source_group", "")).endswith("2021_table1") or "2021" in _text(row, "software_version", "software"):
+        return True
+    date = software_date(row)
+    return date is not None and date < (2022, 1)
 
 
 # torch.compile as a row's notes or software version state it ("torch.compile enabled",
@@ -394,12 +446,13 @@ def _states_compile(row: dict[str, Any]) -> bool:
 
 def row_stack(row: dict[str, Any]) -> Stack:
     software = _text(row, "software")
-    if "torchtitan" in software:
+    if re.search(r"torch\s*titan", software):
         compiled = (row.get("other_metrics") or {}).get("torch_compile")
+        compiled = None if compiled is None else _flag(compiled)
         if compiled is None:
             compiled = "compile" in _text(row, "precision", "variant", "id") or _states_compile(row)
         return Stack.torchtitan_compile if compiled else Stack.torchtitan
-    if "composer" in software or "foundry" in software:
+    if re.search(r"composer|foundry|mosaic", software):
         return Stack.llm_foundry
     if "deepspeed" in software:
         return Stack.deepspeed
@@ -413,7 +466,7 @@ def row_stack(row: dict[str, Any]) -> Stack:
 # row that names PyTorch FSDP as its trainer. Composer / llm-foundry and torchtitan are matched first.
 PYTORCH_FSDP_TRAINERS = re.compile(
     r"hugging ?face|\bhf (?:transformers|trainer|accelerate)\b|\btransformers trainer\b|\baccelerate\b|fairscale|metaseq|"
-    r"fms[-_ ]fsdp|pytorch fsdp|torch\.distributed\.fsdp")
+    r"fms[-_ ]fsdp|(?:py)?torch\s*\(?\s*fsdp|torch\.distributed\.fsdp")
 
 
 # A per-head width the row's model config states (Megatron --kv-channels, HF head_dim) where it
@@ -560,10 +613,16 @@ def _row_cluster(row: dict[str, Any]) -> tuple[ClusterSpec, str | None]:
     return cluster.with_gpus(int(row["num_gpus"])).with_memory_headroom(0.0), network
 
 
+# routing forced to balance, as rows say it: 'force-balanced', '--moe-router-force-load-balancing'
+# (Megatron-LM), 'ideal (balanced) routing', 'ideal routing (balanced)', 'uniform routing'
+FORCED_BALANCE_STATED = re.compile(r"force[sd]?[ _-]*(?:load[ _-]*)?balanc|forced|ideal \(?balanced\)? routing|"
+                                   r"ideal routing|\buniform(?:ly)? rout")
+
+
 def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
     text = _text(row, "extra_layout", "moe_dispatcher", "notes", "id", "variant")
     out: dict[str, Any] = {}
-    if "force-balanced" in text or "forced" in text or "force balance" in text or "ideal (balanced) routing" in text:
+    if FORCED_BALANCE_STATED.search(text):
         out["moe_routing"] = MoeRouting.balanced
     # NeMo AutoModel's FakeBalancedGate routes k consecutive experts per token; taken when the
     # row says so (its benchmark recipes set fake_balanced_gate: true, NVIDIA-NeMo/Automodel@36044ad3
@@ -629,6 +688,12 @@ def _stated_precision(row: dict[str, Any]) -> str | None:
     return _precision_in_text(normalized) or _precision_in_text(row.get("precision"))
 
 
+def frozen_weights(row: dict[str, Any]) -> bool:
+    """Whether the row's task trains adapters on frozen base weights: 'lora', 'QLoRA',
+    'LoRA fine-tuning', 'PEFT', 'adapter tuning'."""
+    return bool(re.search(r"\b(?:q?lora|peft|adapters?)\b", _text(row, "task")))
+
+
 def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpec:
     """The row's training inputs; gpu (the part that ran) settles what the row leaves out and
     the part cannot do: fp16 where it has no bf16, unfused attention below Turing."""
@@ -639,7 +704,7 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     fields: dict[str, Any] = {
         "seq_len": row["seq_len"], "global_batch_size": row["global_batch_size"], "precision": Precision(precision),
         "flash_attention": flash, "stack": row_stack(row),
-        "frozen_weights": str(row.get("task") or "").lower() in ("lora", "qlora", "peft", "adapter"),
+        "frozen_weights": frozen_weights(row),
     }
     if precision == "fp8":  # torchao's default was tensorwise until torchtitan dropped it (stack default rowwise)
         fields["fp8_recipe"] = Fp8Recipe.rowwise if "rowwise" in _text(row, "precision") else Fp8Recipe.tensorwise
@@ -655,23 +720,41 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
 
 
 def _recompute(row: dict[str, Any]) -> Recompute | None:
-    text = str(row.get("recompute") or "").lower().strip()
+    value = row.get("recompute")
+    if isinstance(value, bool) or value in (0, 1):  # a flag column: checkpointing on (whole blocks) or off
+        return Recompute.full if value else Recompute.none
+    text = str(value or "").lower().strip()
     if text.startswith("none") or NO_RECOMPUTE_WORDS.search(text):  # before the words a negation names
         return Recompute.none
-    if text.startswith("full") or FULL_RECOMPUTE_WORDS.search(text) or text in ("true", "yes", "on", "enabled", "1"):
+    if text.startswith("full"):
         return Recompute.full
-    if text.startswith("selective") or re.search(r"\b(?:sac|ac\s*=\s*selective|selective (?:ac|activation))\b", text):
+    if SELECTIVE_RECOMPUTE_WORDS.search(text):  # before the words 'activation checkpointing' of either kind
         return Recompute.selective
-    if text.startswith("none") or text in ("false", "no", "off", "disabled", "0"):
-        return Recompute.none
+    if FULL_RECOMPUTE_WORDS.search(text):
+        return Recompute.full
+    count = re.fullmatch(r"[\d.]+", text) and text not in ("0", "1")  # '7', '10': layers, no flag
+    flag = _flag(text) if text and not count else None
+    if flag is not None:
+        return Recompute.full if flag else Recompute.none
     return None
 
 
+# no recompute in words: 'none (trained without activation checkpointing)', 'no gradient checkpointing',
+# 'No AC', 'AC off', 'activation checkpointing: off', 'gradient_checkpointing=False'
+NO_RECOMPUTE_WORDS = re.compile(
+    r"\b(?:without|no)\s+(?:activation\s+|gradient\s+)?(?:checkpointing|recompute|recomputation|ac)\b|"
+    r"\b(?:(?:activation|gradient)[ _]checkpointing|ac|recompute|recomputation)\s*[:=]?\s*(?:off|false|no|none|disabled|0)\b")
+# selective recompute in words: torchtitan 'SAC' / 'selective (op)', 'selective activation checkpointing',
+# Megatron-LM's --recompute-activations (recompute_granularity = 'selective', arguments.py)
+SELECTIVE_RECOMPUTE_WORDS = re.compile(
+    r"\b(?:sac|selective)\b|--recompute-activations\b|"
+    r"--recompute-granularity[ =]selective")
 # full recompute in other trainers' words: HF 'gradient_checkpointing: true', DeepSpeed / FSDP
-# 'activation checkpointing' (whole blocks), torchtitan 'AC mode full'
-# no recompute in words: 'none (trained without activation checkpointing)', 'no gradient checkpointing'
-NO_RECOMPUTE_WORDS = re.compile(r"\b(?:without|no)\s+(?:activation\s+|gradient\s+)?(?:checkpointing|recompute|recomputation)\b")
-FULL_RECOMPUTE_WORDS = re.compile(r"\b(?:gradient|activation) checkpointing\b(?!.*selective)|\bac\s*[=:]?\s*full\b|\bfull ac\b")
+# 'activation checkpointing' (whole blocks), torchtitan 'AC mode full', Megatron-LM's older
+# --checkpoint-activations (whole layers: --recompute-granularity full)
+FULL_RECOMPUTE_WORDS = re.compile(
+    r"\b(?:gradient|activation)[ _]checkpointing\b|\bac\s*[=:]?\s*full\b|\bfull ac\b|--checkpoint-activations\b|"
+    r"--recompute-granularity[ =]full")
 
 
 def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
@@ -710,7 +793,7 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
         return False, None, False
     keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2", text))
     way = re.search(r"(\d+)-way", text)
-    if way is None and "hybrid" in text:
+    if way is None and ("hybrid" in text or "hsdp" in text):
         return True, int(row.get("gpus_per_node") or 8), keeps
     return True, int(way.group(1)) if way and "routed experts" not in text else None, keeps
 
@@ -754,7 +837,7 @@ def _zero(row: dict[str, Any], fsdp: bool) -> int:
 
 
 def _dispatcher(row: dict[str, Any]) -> Dispatcher:
-    text = _text(row, "moe_dispatcher")
+    text = re.sub(r"[^a-z]", "", _text(row, "moe_dispatcher"))  # 'deep_ep', 'Hybrid-EP', 'all-gather'
     if "deepep" in text or "hybridep" in text or "flex" in text:
         return Dispatcher.deepep
     if "allgather" in text:
@@ -762,11 +845,14 @@ def _dispatcher(row: dict[str, Any]) -> Dispatcher:
     return Dispatcher.alltoall
 
 
+EP_OVERLAP_STATED = re.compile(r"a2a[ _-]overlap|--overlap-moe-expert-parallel-comm|\bep[ _-]overlap")
+
+
 def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
     """Plan fields the row publishes, and the choices it leaves open (resolved by the prediction)."""
     tp, pp = row.get("tp") or 1, row.get("pp") or 1
-    sp = row.get("sequence_parallel")
-    if sp is None:
+    sp = None if row.get("sequence_parallel") is None else _flag(row["sequence_parallel"])
+    if sp is None:  # not given, or text that is no yes/no ('n/a')
         sp = tp > 1 and not is_2021(row)
     fsdp, shard, keeps_weights = _fsdp(row)
     zero = _zero(row, fsdp)
@@ -780,10 +866,12 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         fields["reshard"] = False
     if model.is_moe:
         fields["dispatcher"] = _dispatcher(row)
-        fields["ep_overlap"] = "a2a overlap" in text and "a2a_overlap=0" not in text
+        # Megatron's 1F1B all-to-all overlap: the ModelZoo tables' 'A2A overlap', the flag
+        # --overlap-moe-expert-parallel-comm (Megatron-LM arguments.py), 'EP overlap'
+        fields["ep_overlap"] = bool(EP_OVERLAP_STATED.search(text)) and "a2a_overlap=0" not in text
     if is_2021(row) or training.stack not in (Stack.megatron,) and tp > 1:
         # --tp-comm-overlap arrived with Megatron-Core (2023); other stacks overlap TP only with async TP
-        fields["tp_overlap"] = bool(metrics.get("async_tp")) or "async tp" in text
+        fields["tp_overlap"] = bool(_flag(metrics.get("async_tp") or False)) or bool(re.search(r"async[ _-]?tp", text))
     # an "N-way" FSDP degree counts data-parallel ranks; FSDP also shards over the CP ranks
     # (torchtitan's dp_shard x cp mesh), so the shard group is N x cp
     if shard and shard * fields["cp"] < (row.get("num_gpus") or 0) // (tp * pp) and zero == 3:

@@ -496,3 +496,140 @@ def test_unknown_precision_normalized_is_listed_and_the_text_column_read():
     for known in ("fp8_current_scaling", "BF16 mixed"):
         assert "precision_normalized" not in row_inputs({**row, "precision_normalized": known}).unused
     assert row_inputs({**row, "precision_normalized": "BF16 mixed"}).training.precision.value == "bf16"
+
+
+# Spellings a fuzz of row text found misread (rows from other sources write the same fact other
+# ways); each is the rule autopar.validation.rows states, not a per-row exception.
+@pytest.mark.parametrize("written, recompute", [
+    ("activation checkpointing: off", "none"), ("No AC", "none"), ("AC off", "none"), (False, "none"),
+    ("gradient_checkpointing=False", "none"), (True, "full"), ("gradient_checkpointing: true", "full"),
+    ("selective activation checkpointing (op)", "selective"), ("activation checkpointing (selective per-op)", "selective"),
+    # Megatron-LM arguments.py: --checkpoint-activations is the older full-layer flag,
+    # --recompute-activations sets recompute_granularity 'selective'
+    ("--checkpoint-activations", "full"), ("--recompute-activations", "selective"),
+    ("--recompute-granularity full --recompute-method uniform", "full"), ("full (20 layers)", "full"),
+    ("partial (20 layers)", None), (7, None), ("10", None),   # a count of layers is no flag: left open
+])
+def test_recompute_spellings_from_other_trainers(written, recompute):
+    fields = row_inputs({**BASE, "recompute": written}).plan_fields
+    assert (fields.get("recompute").value if fields.get("recompute") else None) == recompute
+
+
+@pytest.mark.parametrize("software, stack", [
+    ("Torch Titan", "torchtitan"), ("MosaicML LLM Foundry", "llm-foundry"), ("MosaicML", "llm-foundry"),
+    ("torch FSDP", "pytorch-fsdp"), ("PyTorch (FSDP)", "pytorch-fsdp"), ("Megatron-LM", "megatron"),
+])
+def test_stack_spellings(software, stack):
+    from autopar.validation.rows import row_stack
+    assert row_stack({"software": software, "id": "r"}).value == stack
+
+
+def test_torch_compile_written_false_is_off():
+    from autopar.validation.rows import row_stack
+    for written, stack in (("False", "torchtitan"), ("no", "torchtitan"), ("True", "torchtitan-compile"), (1, "torchtitan-compile")):
+        assert row_stack({"software": "torchtitan", "id": "r", "other_metrics": {"torch_compile": written}}).value == stack
+
+
+@pytest.mark.parametrize("column, written, value", [
+    ("tokens_per_sec_per_gpu", "~3700", 3700.0), ("tokens_per_sec_per_gpu", "3700 tok/s", 3700.0),
+    ("tokens_per_sec_per_gpu", "3.7K tokens/s", 3700.0),          # a throughput's K is decimal
+    ("seq_len", "4K", 4096), ("num_gpus", "16K GPUs", 16384),     # a count's K is binary (Llama 3 paper: 16K GPUs = 16,384)
+    ("num_gpus", "64 GPUs", 64), ("step_time_s", "850 ms", 0.85), ("step_time_s", "1.2 s", 1.2),
+    ("micro_batch_size", "N.A.", None), ("micro_batch_size", "TBD", None), ("cp", "None", None),
+])
+def test_numbers_as_tables_write_them(column, written, value):
+    out, _ = normalize_row({**BASE, column: written})
+    assert out[column] == (pytest.approx(value) if isinstance(value, float) else value)
+
+
+def test_a_number_with_a_foreign_word_is_still_refused():
+    assert predict_row({**BASE, "tp": "eight"}).skipped == "InputError: tp='eight': must be a number"
+
+
+@pytest.mark.parametrize("written, sp", [("False", False), ("no", False), ("True", True), ("n/a", True), (None, True)])
+def test_sequence_parallel_written_as_text(written, sp):
+    # tp 8: sequence parallel is the Megatron default where the row gives no yes/no
+    assert row_inputs({**BASE, "tp": 8, "sequence_parallel": written}).plan_fields["sp"] is sp
+
+
+def test_async_tp_written_false_is_off():
+    row = {**BASE, "software": "torchtitan", "tp": 8}
+    assert row_inputs({**row, "other_metrics": {"async_tp": "False"}}).plan_fields["tp_overlap"] is False
+    assert row_inputs({**row, "other_metrics": {"async_tp": "true"}}).plan_fields["tp_overlap"] is True
+    assert row_inputs({**row, "extra_layout": "async_tp on"}).plan_fields["tp_overlap"] is True
+
+
+MIXTRAL = {**BASE, "model_name": "Mixtral 8x7B", "vocab_size": 32000, "moe_num_experts": 8, "moe_top_k": 2, "ep": 8}
+
+
+@pytest.mark.parametrize("written, dispatcher", [
+    ("deep_ep", "deepep"), ("Hybrid-EP", "deepep"), ("flex (DeepEP)", "deepep"), ("all-gather", "allgather"),
+    ("alltoall", "alltoall"), (None, "alltoall"),
+])
+def test_dispatcher_spellings(written, dispatcher):
+    assert row_inputs({**MIXTRAL, "moe_dispatcher": written}).plan_fields["dispatcher"].value == dispatcher
+
+
+@pytest.mark.parametrize("layout, overlapped", [
+    ("a2a overlap", True), ("--overlap-moe-expert-parallel-comm", True), ("EP A2A overlap", True),
+    ("a2a overlap (a2a_overlap=0)", False), ("dropless", False),
+])
+def test_ep_overlap_spellings(layout, overlapped):
+    assert row_inputs({**MIXTRAL, "extra_layout": layout}).plan_fields["ep_overlap"] is overlapped
+
+
+@pytest.mark.parametrize("layout, routing", [
+    ("force-balanced routing", "balanced"), ("--moe-router-force-load-balancing", "balanced"),
+    ("uniform routing", "balanced"), ("ideal routing (balanced)", "balanced"), ("ideal (balanced) routing", "balanced"),
+    ("aux-loss-free load balancing", "learned"), ("unbalanced routing measured", "learned"),
+])
+def test_forced_balance_spellings(layout, routing):
+    assert row_inputs({**MIXTRAL, "extra_layout": layout}).training.moe_routing.value == routing
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("meta-llama/Llama-2-7b-hf", "llama2-7b"), ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("Qwen3-235B", "qwen3-235b-a22b"),
+    ("Qwen/Qwen3-30B-A3B-Base", "qwen3-30b-a3b"), ("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama3-70b"),
+    ("DeepSeek-V3", "deepseek-v3"), ("Qwen3-7B", None),
+])
+def test_hugging_face_names_find_their_preset(name, preset):
+    from autopar.validation.rows import preset_key_for_name
+    assert preset_key_for_name(name) == preset
+
+
+@pytest.mark.parametrize("gpu_type, label, part", [
+    ("H100 96GB", "H100-80GB", "H100-96GB-500W"), ("NVIDIA H100 NVL 94GB", "H100-80GB", "H100"),
+    ("B200 (power-capped 750 W)", "B200", "B200-750W"), ("B200 power capped", "B200", "B200-750W"),
+    ("A100-SXM4-40GB", "A100-80GB", "A100-40GB"), (None, "H100-PCIe", "H100-PCIe"), ("A100 80GB", "A100-80GB", "A100-80GB"),
+])
+def test_parts_written_other_ways(gpu_type, label, part):
+    from autopar.validation.rows import row_cluster
+    cluster = row_cluster(normalize_row({**BASE, "gpu_type": gpu_type, "gpu_normalized": label})[0])
+    assert cluster.gpu.name == part
+
+
+@pytest.mark.parametrize("task, frozen", [("LoRA fine-tuning", True), ("QLoRA", True), ("PEFT adapters", True),
+                                          ("pretraining", False), ("full fine-tuning", False)])
+def test_lora_tasks_freeze_the_base_weights(task, frozen):
+    assert row_inputs({**BASE, "task": task}).training.frozen_weights is frozen
+
+
+def test_hsdp_shards_within_a_node():
+    fields = row_inputs({**BASE, "fsdp": "HSDP"}).plan_fields
+    assert fields["zero"] == 3 and fields["zero_shard_size"] == 8  # 8 GPUs per node of 64
+
+
+@pytest.mark.parametrize("version, old", [("Megatron-LM (April 2021)", True), ("2021-04", True), ("Megatron-LM v2.0", False),
+                                          ("Megatron-Core 0.12 (2025-04)", False)])
+def test_pre_2022_software_runs_without_later_kernels(version, old):
+    from autopar.validation.rows import is_2021
+    assert is_2021({**BASE, "software_version": version}) is old
+
+
+def test_an_mfu_without_its_peak_is_taken_against_the_parts_bf16_peak():
+    # PaLM App. B: MFU against the accelerator's bf16 matmul peak; H100 SXM dense bf16 is 989.4 TFLOP/s
+    # (profiles/gpus). The same row with that peak stated reads the same throughput.
+    row = {k: v for k, v in BASE.items() if k != "tokens_per_sec_per_gpu"} | {"mfu": 0.40}
+    stated, derived = predict_row({**row, "peak_tflops_used_by_source": 989.4}), predict_row(row)
+    assert derived.skipped is None and "bf16 peak: none stated" in derived.metric
+    assert derived.measured_tokens_per_second_per_gpu == pytest.approx(stated.measured_tokens_per_second_per_gpu, rel=1e-12)
