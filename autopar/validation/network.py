@@ -21,7 +21,13 @@ from autopar.specs._files import PROFILES_DIR
 NETWORKS_FILE = PROFILES_DIR / "validation" / "networks.yaml"
 MAX_NIC_NODE_GPUS = 16  # the largest node whose GPUs share one host's NICs (DGX-2); above it the NVLink domain spans hosts
 # one rate: an optional NIC count ("8x"), the number and its unit (bits or bytes per second)
-_RATE = re.compile(r"(?:(\d+)\s*[x×]\s*)?(\d+(?:\.\d+)?)\s*(gbps|gbit/s|gb/s|tbps|tb/s)", re.I)
+_RATE = re.compile(r"(?:(\d+)\s*(?:nics?|hcas?|ports?|adapters?)?\s*[x×*]\s*)?(\d+(?:\.\d+)?)\s*(gbps|gbit/s|gb/s|tbps|tb/s)", re.I)
+# a count of NICs written after the rate: '400Gb/s x 8 per node', 'NDR 400Gb/s, 8 per node', '(x8 per node)'
+_COUNT_AFTER = re.compile(r"^[^,;()\d]{0,30}?(?:[x×*]\s*(\d+)\b|,\s*(\d+)\s+per\b|\(\s*x\s*(\d+))", re.I)
+# an InfiniBand generation named without its rate is one port of that rate (InfiniBand Trade
+# Association roadmap: EDR 100, HDR 200, NDR 400, XDR 800 Gb/s per 4x port): '8x NDR', '4x HDR200'
+_IB_GENERATION = re.compile(r"\b(edr|hdr|ndr|xdr)(?:\s*(?:100|200|400|800))?\b", re.I)
+_IB_RATE_GBIT = {"edr": 100, "hdr": 200, "ndr": 400, "xdr": 800}
 _PER_GPU = re.compile(r"per[ -](?:gpu|accelerator)|/gpu\b|each gpu", re.I)
 _PER_NODE = re.compile(r"per[ -](?:node|host|server|vm|instance|machine)|node[ -](?:to[ -])?node|/node\b", re.I)
 # parts of the column about the links inside a node, whose rates are not the scale-out network's
@@ -44,6 +50,8 @@ def _gb_per_s(number: str, unit: str) -> float:
 
 
 def _from_words(text: str, gpus_per_node: int) -> StatedNetwork | None:
+    if not _RATE.search(text):
+        text = _IB_GENERATION.sub(lambda m: f"{_IB_RATE_GBIT[m[1].lower()]} Gb/s", text)
     for part in re.split(r"[;|]", text):
         if _INSIDE_NODE.search(part) and not _SCALE_OUT.search(part):
             continue
@@ -54,16 +62,18 @@ def _from_words(text: str, gpus_per_node: int) -> StatedNetwork | None:
             before = part[matches[i - 1].end() if i else 0:match.start()]
             if _INSIDE_NODE.search(before) and not _SCALE_OUT.search(before):
                 continue
-            count, rate = int(match[1] or 1), _gb_per_s(match[2], match[3])
             # the scope written nearest after the rate, before the next rate: "8x 200 Gb/s per VM
             # (one per GPU)" is per node
             scope = part[match.end():matches[i + 1].start() if i + 1 < len(matches) else len(part)]
+            after = None if match[1] else _COUNT_AFTER.search(scope)
+            written_count = match[1] or (after and next(g for g in after.groups() if g))
+            count, rate = int(written_count or 1), _gb_per_s(match[2], match[3])
             per_gpu, per_node = _PER_GPU.search(scope), _PER_NODE.search(scope)
             if per_gpu and not (per_node and per_node.start() < per_gpu.start()):
                 return StatedNetwork(count * rate, f"{match[0].strip()} per GPU")
             # 'N x rate' counts a node's NICs; in an NVL72 rack (gpus_per_node: its NVLink domain)
             # a "node" may be a 4-GPU compute tray or the rack, so only a rate per GPU is read there
-            if (per_node or match[1]) and gpus_per_node <= MAX_NIC_NODE_GPUS:
+            if (per_node or written_count) and gpus_per_node <= MAX_NIC_NODE_GPUS:
                 return StatedNetwork(count * rate / gpus_per_node, f"{match[0].strip()} per node of {gpus_per_node} GPUs")
     return None
 

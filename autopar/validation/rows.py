@@ -15,7 +15,7 @@ from autopar.specs import ClusterSpec, ModelSpec, Precision, TrainingSpec, load_
 from autopar.specs._files import preset_files
 from autopar.specs.hardware import GpuSpec, IntraNode
 from autopar.specs.layout import megatron_layout
-from autopar.specs.plan import Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
+from autopar.specs.plan import CpAlgo, Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
 from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
 from autopar.validation.network import MAX_NIC_NODE_GPUS, stated_network
 
@@ -26,7 +26,9 @@ CLUSTER_FOR_GPU = {
     "GB300": "gb300-nvl72", "V100": "dgx-2", "H20": "dgx-h100-superpod", "GH200": "quad-gh200",
 }
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}
-GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi", re.I)
+GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi|\byi\b|internlm|baichuan|dbrx|grok|"
+                         r"phi-?3|granite|stablelm|vicuna|arctic|command[- ]?r|\bglm|chatglm|\bpalm\b|hunyuan|minimax|skywork|"
+                         r"xverse|aquila|smollm", re.I)
 # tokenizer size of a model family, for rows that leave vocab_size out
 FAMILY_VOCAB = (("nemotron", 256000), ("llama3", 128256), ("llama-3", 128256), ("llama", 32000),
                 ("mixtral", 32000), ("mistral", 32000), ("mpt", 50432), ("gpt", 50257))
@@ -61,7 +63,11 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   as a percentage ('38.2%', or a number above 1) as its fraction; a number with a unit or an
   approximation ('~3700', '3700 tok/s', '64 GPUs', '850 ms' in step_time_s) as the number, a K or
   M after a count of tokens, sequences or GPUs binary ('4K' = 4,096), after a throughput decimal;
-  'None', 'N.A.', 'TBD' in a numeric column: not given; dp, where the batch needs it
+  'None', 'N.A.', 'TBD' in a numeric column: not given; a label or note around the number ('TP=2',
+  '2-way', '64 (8 nodes)') is dropped, a degree written as off ('no CP') is 1, num_gpus in nodes is
+  nodes x GPUs per node, a global batch in tokens ('4M tokens') is tokens_per_batch, a per-GPU
+  throughput written per node is divided by the node's GPUs, '0.4 PFLOPS' is 400 TFLOP/s; ZeRO text
+  takes the digit after 'ZeRO'/'stage' ('DP=32, ZeRO-1' is 1); dp, where the batch needs it
   and the row has none, is num_gpus / (tp x pp x cp)
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
   when dp is stated (listed under 'resolved'); num_kv_heads left out: the model preset's when the
@@ -73,7 +79,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   preset of that size); num_gpus left out: tp x pp x cp x dp, else total / per-GPU throughput;
   seq_len left out: tokens_per_batch / global_batch_size
 - precision: precision_normalized, else the narrowest format the precision column names (FP4,
-  FP8/MXFP8, BF16, FP16/AMP), else bf16 (fp16 on a part without bf16: V100)
+  FP8/MXFP8, BF16, FP16/AMP; not one it names as unused: 'bf16 (no FP8)'), else bf16 (fp16 on
+  a part without bf16: V100)
 - gpus_per_node: 8 (72 for NVL72 GPUs, 4 for GH200, 16 for V100: DGX-2); attention unfused on
   V100 (FlashAttention needs sm_75+)
 - GPU: a part gpu_type names (A800, H800, H20, GH200, H100 or A100 PCIe, a 40 GB A100, a 96 GB
@@ -134,6 +141,12 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - head_dim: the kv_channels / head_dim its dims_source states, else the preset's (below), else hidden / heads
 - a Hugging Face repo id names its model ('meta-llama/Llama-2-7b-hf', 'Mixtral-8x7B-v0.1'); a MoE
   named by its total size only ('Qwen3-235B') is the one preset adding its active size ('-a22b')
+- a pipeline schedule named non-interleaved or with interleaving off is 1F1B; a vpp written in words
+  ('vpp=5', 'virtual pipeline 4', '2 chunks per stage') where the vpp column is empty; CP named
+  Ulysses / a2a runs all-to-all CP, 'a2a+p2p' the hybrid
+- a choice named only to deny it ('no DeepEP', 'a2a_overlap=false', 'not force-balanced', 'without
+  FSDP', 'SP off') is not taken; a capacity factor however written ('--moe-expert-capacity-factor 1.0',
+  'CF=1') drops tokens at it
 - the architecture's own fields (MLA, dense prefix and interleaved MoE layers, MTP, local attention
   windows, Gated DeltaNet layers, QK norm, router scoring, MLP gating, tied embeddings; not dropout,
   a training choice): from the model preset the row names (profiles/models; file name or a known
@@ -172,8 +185,9 @@ _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 # a number as tables write it: '~3700', '3700 tok/s', '64 GPUs', '4K', '1.2M'; a K or M after a
 # count of tokens, sequences or GPUs is binary ('4K' sequence = 4,096; '16K GPUs' = 16,384, Llama 3
 # paper sec. 3.3), after a throughput decimal ('3.7K tokens/s' = 3,700)
-_WRITTEN_NUMBER = re.compile(r"^(?:~|\u2248|approx\.?|about|ca\.)?\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
-                             r"([kKmM])?(?![a-zA-Z])\s*([a-zA-Z/%][\w/ .%-]*)?$")
+_WRITTEN_NUMBER = re.compile(r"^(?:[a-zA-Z]{1,4}\s*[=:]?\s*(?=\d))?(?:~|\u2248|approx\.?|about|ca\.)?\s*"
+                             r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+                             r"(?:([kKmM])(?![a-zA-Z]))?\s*(?:-way\b|[x*](?![a-zA-Z\d]))?\s*([a-zA-Z/%][\w/ .%-]*)?\s*(?:\([^()]*\))?\s*$")
 BINARY_MULTIPLES = frozenset({"seq_len", "global_batch_size", "num_gpus", "tokens_per_batch", "vocab_size"})
 
 
@@ -190,13 +204,53 @@ def _number(column: str, value: Any, integer: bool) -> Any:
     if written and written.group(2):
         base = 1024 if column in BINARY_MULTIPLES else 1000
         number *= base ** (1 if written.group(2).lower() == "k" else 2)
-    if written and column == "step_time_s" and re.match(r"ms\b|millisec", written.group(3) or ""):
+    unit = (written.group(3) or "").strip().lower() if written else ""
+    if column == "step_time_s" and re.match(r"ms(?:ec)?\b|millisec", unit):
         number /= 1000  # '850 ms' in the seconds column
+    if column == "tflops_per_gpu" and unit.startswith("pflop"):
+        number *= 1000  # '0.4 PFLOPS' in the TFLOP/s column
     if integer:
         if number != int(number):
             raise InputError(column, value, "must be a whole number")
         return int(number)
     return number
+
+
+# a parallel degree written as off ('off', 'no', 'no CP', 'none', 'no interleaving') is 1
+DEGREE_COLUMNS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+_DEGREE_OFF = re.compile(r"^\s*(?:off|no|false|none|disabled|not used|n)\b|^\s*no\s+\w+", re.I)
+
+
+def _cells_with_units(out: dict[str, Any]) -> dict[str, str]:
+    """Cells whose text gives their unit (in place): a degree written as off is 1; num_gpus in nodes
+    ('8 nodes', '8 nodes x 8 GPUs'; '(64 GPUs)' wins) is nodes x GPUs per node; a global batch
+    written in tokens ('4M tokens') is tokens_per_batch; a per-GPU throughput written per node
+    ('29.6K tok/s/node') is divided by the node's GPUs. Returns what was derived."""
+    derived: dict[str, str] = {}
+    for column in DEGREE_COLUMNS:
+        if isinstance(out.get(column), str) and _DEGREE_OFF.match(out[column]):
+            out[column], derived[column] = 1, f"'{out[column]}' (off) = 1"
+    gpus = out.get("num_gpus")
+    if isinstance(gpus, str) and re.search(r"\bnodes?\b", gpus, re.I) and not re.search(r"\d\s*gpus?\b", gpus.split("node")[0], re.I):
+        stated = re.search(r"(?:^|[(,=])\s*(\d[\d,]*)\s*gpus?\b", gpus, re.I)  # '8 nodes (64 GPUs)', not 'x 4 GPUs' 
+        nodes = re.match(r"\s*(\d[\d,]*)\s*nodes?", gpus, re.I)
+        per = re.search(r"nodes?\s*[x×*]\s*(\d+)", gpus, re.I)
+        if stated:
+            out["num_gpus"] = stated.group(1)
+        elif nodes:
+            count = int(nodes.group(1).replace(",", "")) * int(per.group(1) if per else out.get("gpus_per_node") or 8)
+            out["num_gpus"], derived["num_gpus"] = count, f"'{gpus}' x GPUs per node"
+    batch = out.get("global_batch_size")
+    if isinstance(batch, str) and re.search(r"\btok", batch, re.I) and out.get("tokens_per_batch") is None:
+        out["tokens_per_batch"], out["global_batch_size"] = re.sub(r"\s*tok\w*", "", batch, flags=re.I), None
+        derived["tokens_per_batch"] = f"global_batch_size '{batch}' (tokens)"
+    for column in ("tokens_per_sec_per_gpu",):
+        value = out.get(column)
+        if isinstance(value, str) and re.search(r"/\s*node|per[ -]node", value, re.I):
+            number = _number(column, re.sub(r"\s*(?:/\s*node|per[ -]node)\b", "", value, flags=re.I), False)
+            out[column] = number / int(out.get("gpus_per_node") or 8) if number else None
+            derived[column] = f"'{value}' / GPUs per node"
+    return derived
 
 
 def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -211,21 +265,22 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     # a utilization is a fraction of peak: "38.2%", or 38.2 (above 1), is a percentage
     written = {c for c in ("mfu", "hfu") if isinstance(out.get(c), str) and out[c].strip().endswith("%")}
     out.update({c: out[c].strip()[:-1] for c in written})
+    derived: dict[str, str] = _cells_with_units(out)
     for column in INTEGER_COLUMNS + FLOAT_COLUMNS:
         if column in out:
             out[column] = _number(column, out[column], column in INTEGER_COLUMNS)
-    derived: dict[str, str] = {}
     for column in ("mfu", "hfu"):
         if column in written or (out.get(column) or 0) > 1:
             out[column] = out[column] / 100
             derived[column] = "percent" if column in written else "percent (above 1)"
     zero = out.get("zero_stage")
     if isinstance(zero, str):
-        stage = re.search(r"[0-3]", zero)
+        named = re.search(r"(?:zero|stage)[\s_=:-]*([0-3])\b", zero, re.I)  # 'DP=32, ZeRO-1', 'stage=2'
         word = next((n for pattern, n in ZERO_WORDS if pattern.search(zero)), None)
+        stage = named or (re.search(r"(?<![\d.])[0-3](?![\d.])", zero) if word is None else None)
         if stage is None and word is None:
             raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3 (or os / os+g / os+g+p, FSDP, distributed optimizer, none)")
-        out["zero_stage"] = int(stage.group(0)) if stage else word
+        out["zero_stage"] = int(stage.group(1 if named else 0)) if stage else word
     derived.update(_dims_from_preset(out))
     derived.update(_missing_num_gpus(out))
     derived.update(_missing_degree(out))
@@ -256,8 +311,8 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
 ZERO_WORDS = (
     (re.compile(r"os\s*\+\s*g\s*\+\s*p|full[_ ]?shard|\bfsdp\b", re.I), 3),
     (re.compile(r"os\s*\+\s*g\b", re.I), 2),
-    (re.compile(r"^\s*p?os\s*$|distributed optimi[sz]er", re.I), 1),
-    (re.compile(r"^\s*(?:none|off|no|disabled|ddp)\s*$", re.I), 0),
+    (re.compile(r"^\s*p?_?os\b(?!\s*\+)|dist(?:ributed)?[. _-]*optimi[sz]er|distributedoptimizer|optimizer[- ]state sharding", re.I), 1),
+    (re.compile(r"^\s*(?:none|off|no|false|disabled|ddp|plain ddp|n/a)\b|\bno zero\b|\bzero[- ]?(?:disabled|off)\b", re.I), 0),
 )
 BLANK_CELLS = frozenset({"", "n/a", "na", "nan", "-", "\u2013", "\u2014", "?", "null", "unknown", "not stated", "not reported",
                          "n.a.", "n/r", "tbd", "not available"})
@@ -287,7 +342,8 @@ def preset_key_for_name(name: str) -> str | None:
     if key in files:
         return key
     # a Hugging Face repo id names the same model: 'meta-llama/Llama-2-7b-hf', 'mistralai/Mixtral-8x7B-v0.1'
-    bare = HF_NAME_SUFFIX.sub("", name.lower().rsplit("/", 1)[-1])
+    bare = name.lower().rsplit("/", 1)[-1].replace("\u00d7", "x")
+    bare = HF_NAME_SUFFIX.sub("", re.sub(r"\s*\([^)]*\)", "", bare).strip())
     compact = re.sub(r"[^a-z0-9]", "", bare.replace("meta-", "").replace("meta ", ""))
     compact = re.sub(r"^llama3[123]", "llama3", compact)
     keys = {re.sub(r"[^a-z0-9]", "", k): k for k in files}
@@ -299,7 +355,7 @@ def preset_key_for_name(name: str) -> str | None:
 
 
 # what a Hugging Face repo name adds after the model: '-hf', '-v0.1', '-Instruct', '-Base'
-HF_NAME_SUFFIX = re.compile(r"(?:[-_ ](?:hf|v\d+(?:\.\d+)+|instruct|base|chat|fp8|bf16))+$")
+HF_NAME_SUFFIX = re.compile(r"(?:[-_ ](?:hf|v\d+(?:\.\d+)+|instruct|base|chat|fp8|bf16|\d{4}|dense))+$")  # '-2507': a release date
 
 
 def _dims_from_preset(out: dict[str, Any]) -> dict[str, str]:
@@ -362,8 +418,11 @@ def _text(row: dict[str, Any], *keys: str) -> str:
 
 
 def _family_vocab(name: str) -> int:
-    low = name.lower().replace(" ", "")
-    return next((v for key, v in FAMILY_VOCAB if key in low), 50257)
+    low = name.lower()
+    if re.search(r"llama[-_ ]?3(?!\d)", low):  # Llama 3.x, not CodeLlama-34B or LLaMA-33B
+        return 128256
+    low = low.replace(" ", "")
+    return next((v for key, v in FAMILY_VOCAB if key in low and not key.startswith("llama3") and key != "llama-3"), 50257)
 
 
 # GPU facts a row states in its gpu_type that change the part: the part's own profile, and the GPU
@@ -379,7 +438,7 @@ STATED_PARTS = (
     (re.compile(r"H100.*\bPCIe", re.I), "H100-PCIe", "H100"),
     (re.compile(r"A100.*(\bPCIe.*\b40 ?GB|\b40 ?GB.*\bPCIe)", re.I), "A100-PCIe-40GB", "A100-80GB"),
     (re.compile(r"A100.*\bPCIe", re.I), "A100-PCIe-80GB", "A100-80GB"),
-    (re.compile(r"A100\b(?!-80GB).*\b40 ?GB", re.I), "A100-40GB", "A100-40GB"),
+    (re.compile(r"A100\b(?!-80GB).*\b40 ?GB?\b", re.I), "A100-40GB", "A100-40GB"),
     (re.compile(r"\bA800\b", re.I), "A800", "A800"),
     (re.compile(r"\bH800\b", re.I), "H800", "H800"),
     (re.compile(r"\bH20\b", re.I), "H20", "H20"),
@@ -413,12 +472,12 @@ GPU_IN_TEXT = (
     (re.compile(r"\bGB300\b", re.I), "GB300"),
     (re.compile(r"\bGB200\b", re.I), "GB200"),
     (re.compile(r"\bB300\b", re.I), "B300"),
-    (re.compile(r"\bB200\b", re.I), "B200"),
+    (re.compile(r"(?:\b|\dx)B200s?\b", re.I), "B200"),
     (re.compile(r"\bGH200\b", re.I), "GH200"),
-    (re.compile(r"\bH200\b", re.I), "H200"),
-    (re.compile(r"\bH100\b", re.I), "H100"),
-    (re.compile(r"\bA100\b[^|]*\b40 ?GB", re.I), "A100-40GB"),
-    (re.compile(r"\bA100\b", re.I), "A100-80GB"),
+    (re.compile(r"(?:\b|\dx)H200s?\b", re.I), "H200"),
+    (re.compile(r"(?:\b|\dx)H100s?\b|\bhopper\b|\bp5e?\.\d+xlarge\b", re.I), "H100"),  # AWS p5: 8x H100
+    (re.compile(r"(?:\b|\dx)A100s?\b[^|]*\b40 ?GB?\b|\bp4d\.24xlarge\b", re.I), "A100-40GB"),  # AWS p4d: 8x A100 40 GB
+    (re.compile(r"(?:\b|\dx)A100s?\b|\bp4de\.24xlarge\b", re.I), "A100-80GB"),
     (re.compile(r"\bV100\b", re.I), "V100"),
 )
 
@@ -446,7 +505,7 @@ def _states_compile(row: dict[str, Any]) -> bool:
 
 def row_stack(row: dict[str, Any]) -> Stack:
     software = _text(row, "software")
-    if re.search(r"torch\s*titan", software):
+    if re.search(r"torch[\s_-]*titan", software):
         compiled = (row.get("other_metrics") or {}).get("torch_compile")
         compiled = None if compiled is None else _flag(compiled)
         if compiled is None:
@@ -466,7 +525,8 @@ def row_stack(row: dict[str, Any]) -> Stack:
 # row that names PyTorch FSDP as its trainer. Composer / llm-foundry and torchtitan are matched first.
 PYTORCH_FSDP_TRAINERS = re.compile(
     r"hugging ?face|\bhf (?:transformers|trainer|accelerate)\b|\btransformers trainer\b|\baccelerate\b|fairscale|metaseq|"
-    r"fms[-_ ]fsdp|(?:py)?torch\s*\(?\s*fsdp|torch\.distributed\.fsdp")
+    r"fms[-_ ]fsdp|(?:py)?torch\b[\w .()]*?\bfsdp|torch\.distributed\.fsdp|^\s*fsdp\d?\b|fully_shard|lightning|torchtune|"
+    r"\btrl\b|axolotl|llama[- ]?factory|pytorch ddp")
 
 
 # A per-head width the row's model config states (Megatron --kv-channels, HF head_dim) where it
@@ -488,7 +548,10 @@ def _head_dim(row: dict[str, Any]) -> int | None:
 PRESET_NAMES = (
     (re.compile(r"llama[-_ ]?4[-_ ]?scout", re.I), "llama4-scout"),
     (re.compile(r"llama[-_ ]?4[-_ ]?maverick", re.I), "llama4-maverick"),
-    (re.compile(r"deepseek[-_ ]?v3", re.I), "deepseek-v3"),
+    (re.compile(r"deepseek[-_ ]?(?:v3|r1)\b|\bdsv3\b", re.I), "deepseek-v3"),  # DeepSeek-R1: the V3 architecture (R1 paper sec. 2)
+    (re.compile(r"nemotron[-_ ]?(?:4[-_ ]?)?340b", re.I), "nemotron4-340b"),
+    (re.compile(r"^\s*gpt[-_ ]?3\s*(?:175b)?\s*$|\bgpt[-_ ]?175b\b", re.I), "gpt3-175b"),
+    (re.compile(r"^\s*(?:meta[-_ ]?)?llama[-_ ]?405b\s*$", re.I), "llama3-405b"),
     (re.compile(r"gpt[-_ ]?oss[-_ ]?120b", re.I), "gpt-oss-120b"),
     (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
     (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
@@ -619,19 +682,25 @@ FORCED_BALANCE_STATED = re.compile(r"force[sd]?[ _-]*(?:load[ _-]*)?balanc|force
                                    r"ideal routing|\buniform(?:ly)? rout")
 
 
+FORCED_BALANCE_DENIED = re.compile(r"\b(?:not|no|without)\s+(?:\w+\s+)?forc|"
+                                  r"forc\w*[ _-]*(?:load[ _-]*)?balanc\w*\s*[:=]?\s*(?:false|off|no|0|disabled)\b")
+
+
 def _moe_training(row: dict[str, Any]) -> dict[str, Any]:
     text = _text(row, "extra_layout", "moe_dispatcher", "notes", "id", "variant")
     out: dict[str, Any] = {}
-    if FORCED_BALANCE_STATED.search(text):
+    if FORCED_BALANCE_STATED.search(text) and not FORCED_BALANCE_DENIED.search(text):
         out["moe_routing"] = MoeRouting.balanced
     # NeMo AutoModel's FakeBalancedGate routes k consecutive experts per token; taken when the
     # row says so (its benchmark recipes set fake_balanced_gate: true, NVIDIA-NeMo/Automodel@36044ad3
     # examples/llm_benchmark/*.yaml, but its performance tables do not restate the gate)
     if "fake_balanced_gate" in text or "fake balanced gate" in text:
         out["moe_routing"] = MoeRouting.contiguous
-    drop = re.search(r"(?:token drop|token-drop)[^0-9]{0,40}?(?:cf\s*=\s*|capacity(?: factor)?\s*)([0-9.]+)", text)
+    # Megatron --moe-expert-capacity-factor: tokens over the capacity are dropped (no factor: dropless)
+    drop = re.search(r"(?:capacity[ _-]?factor|\bcf)\b\s*[:=]?\s*([0-9]+(?:\.[0-9]+)?)|"
+                     r"(?:token drop|token-drop)[^0-9]{0,40}?capacity\s*([0-9.]+)", text)
     if drop and "dropless" not in _text(row, "id", "variant"):
-        out["moe_capacity_factor"] = max(1.0, float(drop.group(1).rstrip(".")))
+        out["moe_capacity_factor"] = max(1.0, float((drop.group(1) or drop.group(2)).rstrip(".")))
     return out
 
 
@@ -665,7 +734,7 @@ PRECISION_IN_TEXT = (
     (re.compile(r"nvfp4|\bfp4\b|mxfp4", re.I), "fp4"),
     (re.compile(r"fp8|float8|\be4m3\b", re.I), "fp8"),
     (re.compile(r"bf16|bfloat16", re.I), "bf16"),
-    (re.compile(r"fp16|float16|\bhalf\b|\bamp\b|\bapex\b", re.I), "fp16"),
+    (re.compile(r"fp16|float16|\bhalf\b|\bamp\b|\bapex\b|^\s*16(?:-mixed)?\s*$", re.I), "fp16"),  # Lightning '16-mixed' 
 )
 
 
@@ -675,7 +744,15 @@ FP8_PARAM_GATHER_STATED = re.compile(r"\b(float8|f8|fp8)[ _-]all[ _-]?gather|fp8
 
 
 def _precision_in_text(text: Any) -> str | None:
-    return next((name for pattern, name in PRECISION_IN_TEXT if pattern.search(str(text or ""))), None)
+    text = NEGATED_FORMAT.sub(" ", str(text or ""))  # 'bf16 (no FP8)' names bf16 only
+    return next((name for pattern, name in PRECISION_IN_TEXT if pattern.search(text)), None)
+
+
+# a format the text names only to say it was not used: 'no FP8', 'without fp8', 'non-FP8', 'FP8 off'
+NEGATED_FORMAT = re.compile(r"(?:\b(?:no|not|without|non|vs\.?|versus|compared?\s+(?:to|with))\b|\bw/o|\bnon-)[^,;()\[\]]*?"
+                            r"(?:nv|mx)?(?:fp8|float8|fp4)\b(?:\s*(?:or|/|and)\s*(?:nv|mx)?(?:fp8|float8|fp4)\b)*|"
+                            r"\b(?:te\s+)?(?:nv|mx)?(?:fp8|float8|fp4)(?:[ _-]+(?:training|recipe))?\s*[:=]?\s*"
+                            r"(?:off|disabled|false|no\b|not\s+\w+|n/?a\b|unsupported|\u2717|\u2718)", re.I)
 
 
 def _stated_precision(row: dict[str, Any]) -> str | None:
@@ -742,19 +819,21 @@ def _recompute(row: dict[str, Any]) -> Recompute | None:
 # no recompute in words: 'none (trained without activation checkpointing)', 'no gradient checkpointing',
 # 'No AC', 'AC off', 'activation checkpointing: off', 'gradient_checkpointing=False'
 NO_RECOMPUTE_WORDS = re.compile(
-    r"\b(?:without|no)\s+(?:activation\s+|gradient\s+)?(?:checkpointing|recompute|recomputation|ac)\b|"
+    r"(?:\bwithout|\bno|\bw/o)\s+(?:activation\s+|gradient\s+)?(?:checkpointing|recompute|recomputation|ac|ckpt)\b|"
+    r"^\s*(?:not used|unused)\b|\bckpt\s*[:=]?\s*(?:off|false|no)\b|"
     r"\b(?:(?:activation|gradient)[ _]checkpointing|ac|recompute|recomputation)\s*[:=]?\s*(?:off|false|no|none|disabled|0)\b")
 # selective recompute in words: torchtitan 'SAC' / 'selective (op)', 'selective activation checkpointing',
 # Megatron-LM's --recompute-activations (recompute_granularity = 'selective', arguments.py)
 SELECTIVE_RECOMPUTE_WORDS = re.compile(
     r"\b(?:sac|selective)\b|--recompute-activations\b|"
-    r"--recompute-granularity[ =]selective")
+    r"recompute[-_]granularity\s*[ =:]\s*selective")
 # full recompute in other trainers' words: HF 'gradient_checkpointing: true', DeepSpeed / FSDP
 # 'activation checkpointing' (whole blocks), torchtitan 'AC mode full', Megatron-LM's older
 # --checkpoint-activations (whole layers: --recompute-granularity full)
 FULL_RECOMPUTE_WORDS = re.compile(
     r"\b(?:gradient|activation)[ _]checkpointing\b|\bac\s*[=:]?\s*full\b|\bfull ac\b|--checkpoint-activations\b|"
-    r"--recompute-granularity[ =]full")
+    r"recompute[-_]granularity\s*[ =:]\s*full|checkpointing\s*[:=]\s*full|\b(?:act|grad)\.?\s*ckpt\b|^\s*ckpt\s*$|"
+    r"^\s*(?:activation\s+)?recompute?(?:ation)?\s*$|^\s*(?:uniform|block)\s*$")  # --recompute-method alone: full
 
 
 def _recompute_modules(row: dict[str, Any]) -> tuple[str, ...] | None:
@@ -788,11 +867,11 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
     value = row.get("fsdp")
     text = str(value).lower()
     # 'DDP' or 'DDP + distributed optimizer': plain data parallelism, no FSDP
-    ddp_only = re.search(r"\bddp\b", text) and not re.search(r"fsdp|shard|zero", text)
-    if value is None or _flag(value) is False or ddp_only or text.strip() in ("n/a", "-", ""):
+    ddp_only = re.search(r"\bddp\b", text) and not re.search(r"fsdp|shard|zero", text.replace("no fsdp", ""))
+    if value is None or _flag(value) is False or ddp_only or text.strip() in ("n/a", "-", "") or re.search(r"\b(?:no|without|w/o)\s+fsdp", text):
         return False, None, False
-    keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2", text))
-    way = re.search(r"(\d+)-way", text)
+    keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2|zero-?2|reshard_after_forward\s*[=:]\s*false", text))
+    way = re.search(r"(\d+)-way", text) or re.search(r"dp_shard\s*[=:]\s*(\d+)", text)
     if way is None and ("hybrid" in text or "hsdp" in text):
         return True, int(row.get("gpus_per_node") or 8), keeps
     return True, int(way.group(1)) if way and "routed experts" not in text else None, keeps
@@ -820,6 +899,8 @@ def _flag(value: Any) -> bool | None:
     lead = _LEADING_WORD.match(text)
     if lead and (lead.group(1) in OFF_WORDS or lead.group(1) in ON_WORDS):
         return lead.group(1) in ON_WORDS
+    if re.match(r"(?:without|w/o|not used|unused|not applicable)\b", text) or re.search(r"\b(?:off|disabled|not used)\s*$", text):
+        return False
     return None
 
 
@@ -837,7 +918,9 @@ def _zero(row: dict[str, Any], fsdp: bool) -> int:
 
 
 def _dispatcher(row: dict[str, Any]) -> Dispatcher:
-    text = re.sub(r"[^a-z]", "", _text(row, "moe_dispatcher"))  # 'deep_ep', 'Hybrid-EP', 'all-gather'
+    text = re.sub(r"[^a-z]", "", NEGATED_CHOICE.sub(" ", _text(row, "moe_dispatcher")))  # 'deep_ep', 'Hybrid-EP', 'all-gather'
+    if text == "ag":
+        return Dispatcher.allgather
     if "deepep" in text or "hybridep" in text or "flex" in text:
         return Dispatcher.deepep
     if "allgather" in text:
@@ -845,7 +928,17 @@ def _dispatcher(row: dict[str, Any]) -> Dispatcher:
     return Dispatcher.alltoall
 
 
-EP_OVERLAP_STATED = re.compile(r"a2a[ _-]overlap|--overlap-moe-expert-parallel-comm|\bep[ _-]overlap")
+EP_OVERLAP_STATED = re.compile(r"a2a[ _-]overlap|overlap[-_]moe[-_]expert[-_]parallel[-_]comm|\bep[ _-](?:comm[ _-])?overlap")
+# a choice named only to say it was not taken: 'no DeepEP', 'DeepEP off', 'a2a_overlap=false', 'not flex'
+NEGATED_CHOICE = re.compile(r"\b(?:no|not|without|w/o)\s+[\w-]+(?:[ _-]overlap)?|"
+                            r"[\w-]+(?:[ _-]overlap\w*)?\s*[:=]?\s*(?:off|false|disabled|0)\b", re.I)
+
+
+INTERLEAVING_DENIED = re.compile(r"interleav\w*\s*(?:[:=]\s*)?(?:disabled|off|false|not used|no)\b|\b(?:no|without)\s+interleav")
+# a virtual pipeline size in words: 'vpp=5', 'VP 5', 'virtual pipeline 5', 'virtual_pipeline_model_parallel_size=5',
+# 'interleaved schedule (5 chunks per stage)'
+VPP_IN_WORDS = re.compile(r"\b(?:vpp|vp|virtual[ _-]pipeline(?:[ _-]model[ _-]parallel[ _-]size)?(?:[ _-]stages?)?)\s*[:=]?\s*(\d+)\b|"
+                          r"\b(\d+)\s+(?:model\s+)?chunks\s+per\s+(?:stage|rank)")
 
 
 def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
@@ -864,11 +957,18 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     }
     if keeps_weights:
         fields["reshard"] = False
+    if fields["cp"] > 1:
+        cp_text = _text(row, "extra_layout", "variant", "notes")
+        if re.search(r"a2a\s*\+\s*p2p|hierarchical cp|ulysses[^.;]*ring|ring[^.;]*ulysses", cp_text):
+            fields["cp_algo"] = CpAlgo.hybrid  # Megatron cp_comm_type 'a2a+p2p': all-to-all in the node, ring across
+        elif re.search(r"ulysses|cp_comm_type\s*[=:]?\s*a2a\b|a2a cp|all-?to-?all cp", cp_text):
+            fields["cp_algo"] = CpAlgo.ulysses
     if model.is_moe:
         fields["dispatcher"] = _dispatcher(row)
         # Megatron's 1F1B all-to-all overlap: the ModelZoo tables' 'A2A overlap', the flag
         # --overlap-moe-expert-parallel-comm (Megatron-LM arguments.py), 'EP overlap'
-        fields["ep_overlap"] = bool(EP_OVERLAP_STATED.search(text)) and "a2a_overlap=0" not in text
+        denied = any("overlap" in m.group(0) for m in NEGATED_CHOICE.finditer(text))  # 'a2a overlap (a2a_overlap=0)'
+        fields["ep_overlap"] = bool(EP_OVERLAP_STATED.search(text)) and not denied
     if is_2021(row) or training.stack not in (Stack.megatron,) and tp > 1:
         # --tp-comm-overlap arrived with Megatron-Core (2023); other stacks overlap TP only with async TP
         fields["tp_overlap"] = bool(_flag(metrics.get("async_tp") or False)) or bool(re.search(r"async[ _-]?tp", text))
@@ -880,9 +980,14 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
     if pp_schedule == "dualpipev" or "dualpipev" in text:
         fields["schedule"] = Schedule.dualpipev  # torchtitan's ScheduleDualPipeV: two stages per rank in a V
         fields["vpp"] = 2
-    elif "interleaved" in text or pp_schedule.startswith("interleaved"):
+    elif (re.search(r"(?<!non-)(?<!non )interleaved", text) and not INTERLEAVING_DENIED.search(text)) or pp_schedule.startswith("interleaved"):
         fields["schedule"] = Schedule.interleaved
         fields["vpp"] = max(fields["vpp"], 2)
+    if row.get("vpp") is None and fields.get("schedule") != Schedule.dualpipev:
+        stated = VPP_IN_WORDS.search(text)
+        vpp = int(stated.group(1) or stated.group(2)) if stated else 1
+        if vpp > 1:
+            fields["vpp"], fields["schedule"] = vpp, Schedule.interleaved
     if "accounts for embedding and loss" in text and pp > 1:
         layout = megatron_layout(model.num_layers, pp, fields["vpp"], account_for_embedding=True, account_for_loss=True,
                                  mtp_layers=model.mtp_num_layers)

@@ -432,6 +432,7 @@ def test_gpu_named_in_free_text(label, gpu_type, part):
 @pytest.mark.parametrize("written, precision", [
     ("FP8 (Transformer Engine)", "fp8"), ("fp8-hybrid", "fp8"), ("MXFP8", "fp8"), ("BF16 mixed precision", "bf16"),
     ("fp16 (apex AMP)", "fp16"), ("NVFP4", "fp4"), ("mixed", "bf16"),   # an unknown word: the part's default
+    ("bf16 (no FP8)", "bf16"), ("BF16, FP8 off", "bf16"), ("bf16 without fp8", "bf16"), ("non-FP8 baseline (bf16)", "bf16"),
 ])
 def test_precision_read_from_text_without_precision_normalized(written, precision):
     assert row_inputs({**BASE, "precision": written}).training.precision.value == precision
@@ -535,7 +536,7 @@ def test_torch_compile_written_false_is_off():
     ("tokens_per_sec_per_gpu", "3.7K tokens/s", 3700.0),          # a throughput's K is decimal
     ("seq_len", "4K", 4096), ("num_gpus", "16K GPUs", 16384),     # a count's K is binary (Llama 3 paper: 16K GPUs = 16,384)
     ("num_gpus", "64 GPUs", 64), ("step_time_s", "850 ms", 0.85), ("step_time_s", "1.2 s", 1.2),
-    ("micro_batch_size", "N.A.", None), ("micro_batch_size", "TBD", None), ("cp", "None", None),
+    ("micro_batch_size", "N.A.", None), ("micro_batch_size", "TBD", None), ("cp", "None", 1), ("micro_batch_size", "None", None),
 ])
 def test_numbers_as_tables_write_them(column, written, value):
     out, _ = normalize_row({**BASE, column: written})
@@ -633,3 +634,157 @@ def test_an_mfu_without_its_peak_is_taken_against_the_parts_bf16_peak():
     stated, derived = predict_row({**row, "peak_tflops_used_by_source": 989.4}), predict_row(row)
     assert derived.skipped is None and "bf16 peak: none stated" in derived.metric
     assert derived.measured_tokens_per_second_per_gpu == pytest.approx(stated.measured_tokens_per_second_per_gpu, rel=1e-12)
+
+
+# Round two of the spelling fuzz (the same facts as other tables write them)
+@pytest.mark.parametrize("text, gb_per_s_per_gpu", [
+    ("400Gb/s x 8 per node", 50.0), ("Quantum-2 NDR 400Gb/s, 8 per node", 50.0), ("400 Gb/s NDR (x8 per node)", 50.0),
+    ("8 NICs x 400 Gb/s", 50.0), ("8*400Gbps", 50.0),
+    ("8x NDR", 50.0), ("4x HDR200 per node", 12.5),   # IBTA: NDR 400, HDR 200 Gb/s a port; 8 x 400 / 8 bits / 8 GPUs
+    ("400 Gbps per node", 6.25), ("InfiniBand 400 Gb/s", None), ("InfiniBand NDR", None),  # no scope, no count: not read
+])
+def test_nic_counts_written_after_the_rate(text, gb_per_s_per_gpu):
+    from autopar.validation.network import _from_words
+    stated = _from_words(text, 8)
+    assert (stated.nic_gb_per_s_per_gpu if stated else None) == gb_per_s_per_gpu
+
+
+@pytest.mark.parametrize("column, written, value", [
+    ("num_gpus", "64 (8 nodes)", 64), ("tp", "TP=2", 2), ("tp", "2-way", 2), ("pp", "PP4", 4), ("micro_batch_size", "MBS=2", 2),
+    ("step_time_s", "850ms", 0.85), ("step_time_s", "850 msec", 0.85), ("step_time_s", "0.85s", 0.85), ("memory_gb", "70GB", 70.0),
+    ("tflops_per_gpu", "0.4 PFLOPS", 400.0), ("cp", "off", 1), ("cp", "no CP", 1), ("vpp", "no interleaving", 1),
+    ("num_gpus", "8 nodes", 64), ("num_gpus", "4 nodes x 4 GPUs", 16), ("num_gpus", "8 nodes (64 GPUs)", 64),
+    ("tokens_per_sec_per_gpu", "29.6K tok/s/node", 3700.0),   # 29,600 / 8 GPUs per node
+])
+def test_numbers_with_notes_labels_and_units(column, written, value):
+    out, _ = normalize_row({**BASE, column: written})
+    assert out[column] == (pytest.approx(value) if isinstance(value, float) else value)
+
+
+def test_a_range_is_still_refused():
+    assert predict_row({**BASE, "tokens_per_sec_per_gpu": "3700-3800"}).skipped.startswith("InputError: tokens_per_sec_per_gpu=")
+
+
+def test_global_batch_written_in_tokens():
+    # Llama 2/3, OPT and BLOOM state the batch in tokens: 4M tokens = 4 x 1024^2 / 8192 = 512 sequences
+    out, derived = normalize_row({**BASE, "global_batch_size": "4M tokens"})
+    assert out["global_batch_size"] == 512 and derived["global_batch_size"] == "tokens_per_batch / seq_len"
+
+
+@pytest.mark.parametrize("written, precision", [
+    ("bf16 (not FP8)", "bf16"), ("BF16 (FP8 not used)", "bf16"), ("BF16 baseline (vs FP8)", "bf16"), ("bf16, no TE FP8", "bf16"),
+    ("bf16 [fp8: no]", "bf16"), ("BF16 (FP8 N/A)", "bf16"), ("bf16 (no fp8/fp4)", "bf16"), ("16-mixed", "fp16"),
+    ("FP8 hybrid", "fp8"), ("FP8 + BF16", "fp8"),
+])
+def test_precision_negations_and_lightning_names(written, precision):
+    assert row_inputs({**BASE, "precision": written}).training.precision.value == precision
+
+
+@pytest.mark.parametrize("software, stack", [
+    ("FSDP (PyTorch)", "pytorch-fsdp"), ("PyTorch 2.1 FSDP", "pytorch-fsdp"), ("torch.distributed FSDP", "pytorch-fsdp"),
+    ("FSDP2", "pytorch-fsdp"), ("PyTorch Lightning + FSDP", "pytorch-fsdp"), ("torchtune", "pytorch-fsdp"),
+    ("torch-titan", "torchtitan"), ("Meta internal 4D parallelism (PyTorch; FSDP+TP+PP+CP; NCCLX)", "megatron"),
+])
+def test_more_stack_spellings(software, stack):
+    from autopar.validation.rows import row_stack
+    assert row_stack({"software": software, "id": "r"}).value == stack
+
+
+@pytest.mark.parametrize("written, recompute", [
+    ("recompute_granularity=full", "full"), ("recompute_granularity: selective", "selective"), ("act ckpt", "full"),
+    ("grad ckpt", "full"), ("activation recomputation", "full"), ("uniform", "full"), ("checkpointing: full", "full"),
+    ("w/o AC", "none"), ("not used", "none"), ("grad ckpt off", "none"),
+])
+def test_recompute_config_words(written, recompute):
+    assert row_inputs({**BASE, "recompute": written}).plan_fields["recompute"].value == recompute
+
+
+@pytest.mark.parametrize("layout, routing", [
+    ("not force-balanced", "learned"), ("force_balance=False", "learned"), ("--moe-router-force-load-balancing false", "learned"),
+    ("forced load balancing: off", "learned"), ("--moe-router-force-load-balancing", "balanced"),
+])
+def test_forced_balance_denied(layout, routing):
+    assert row_inputs({**MIXTRAL, "extra_layout": layout}).training.moe_routing.value == routing
+
+
+@pytest.mark.parametrize("layout, factor", [
+    ("--moe-expert-capacity-factor 1.0", 1.0), ("capacity_factor: 1.25", 1.25), ("CF=1", 1.0),
+    ("token drop, capacity factor 2", 2.0), ("dropless", None),
+])
+def test_capacity_factor_spellings(layout, factor):
+    assert row_inputs({**MIXTRAL, "extra_layout": layout}).training.moe_capacity_factor == factor
+
+
+@pytest.mark.parametrize("name", ["Yi-1.5-9B", "InternLM2-7B", "DBRX", "Granite-8B", "Phi-3-medium", "GLM-4-9B"])
+def test_swiglu_families_are_gated(name):
+    # each ships a gated MLP (SwiGLU/GeGLU: gate, up and down projections) in its HF config
+    assert row_model(normalize_row({**BASE, "model_name": name})[0]).gated_mlp is True
+
+
+@pytest.mark.parametrize("written, sp", [("SP off", False), ("without SP", False), ("not used", False), ("on", True)])
+def test_sequence_parallel_in_the_negative(written, sp):
+    assert row_inputs({**BASE, "tp": 8, "sequence_parallel": written}).plan_fields["sp"] is sp
+
+
+@pytest.mark.parametrize("label, part", [("8xH100", "H100"), ("H100s", "H100"), ("Hopper", "H100"), ("p5.48xlarge", "H100"),
+                                         ("8xA100 80GB", "A100-80GB"), ("A100-40G SXM", "A100-40GB"), ("p4d.24xlarge", "A100-40GB")])
+def test_gpu_labels_other_ways(label, part):
+    from autopar.validation.rows import row_cluster
+    assert row_cluster(normalize_row({**BASE, "gpu_normalized": label})[0]).gpu.name == part
+
+
+@pytest.mark.parametrize("layout, vpp, schedule", [
+    ("1F1B (non-interleaved)", 1, "1f1b"), ("interleaved disabled", 1, "1f1b"), ("interleaved 1F1B, vpp=5", 5, "interleaved"),
+    ("virtual pipeline 4", 4, "interleaved"), ("interleaved schedule (2 chunks per stage)", 2, "interleaved"),
+    ("interleaved", 2, "interleaved"),
+])
+def test_interleaving_in_words(layout, vpp, schedule):
+    fields = row_inputs({**BASE, "pp": 4, "num_gpus": 64, "extra_layout": layout}).plan_fields
+    assert fields["vpp"] == vpp and getattr(fields.get("schedule"), "value", "1f1b") == schedule
+
+
+@pytest.mark.parametrize("written, stage", [
+    ("DP=32, ZeRO-1", 1), ("distributed optimizer (Megatron-Core 0.10)", 1), ("None (DDP)", 0), ("no ZeRO", 0),
+    ("--use-distributed-optimizer", 1), ("stage=2", 2),
+])
+def test_zero_stage_in_context(written, stage):
+    assert normalize_row({**BASE, "zero_stage": written})[0]["zero_stage"] == stage
+
+
+@pytest.mark.parametrize("written, zero, shard, reshard", [
+    ("DDP (no FSDP)", 1, None, None), ("without FSDP", 1, None, None), ("dp_shard=8, dp_replicate=8", 3, 8, None),
+    ("FSDP2 reshard_after_forward=False", 3, None, False),
+])
+def test_fsdp_cells_in_context(written, zero, shard, reshard):
+    fields = row_inputs({**BASE, "fsdp": written}).plan_fields
+    assert (fields["zero"], fields.get("zero_shard_size"), fields.get("reshard")) == (zero, shard, reshard)
+
+
+@pytest.mark.parametrize("dispatcher, layout, expected, overlap", [
+    ("alltoall (no DeepEP)", "", "alltoall", False), ("AG", "", "allgather", False),
+    ("deepep", "no A2A overlap", "deepep", False), ("deepep", "a2a_overlap=false", "deepep", False),
+    ("deepep", "overlap_moe_expert_parallel_comm=True", "deepep", True),
+])
+def test_moe_choices_in_the_negative(dispatcher, layout, expected, overlap):
+    fields = row_inputs({**MIXTRAL, "moe_dispatcher": dispatcher, "extra_layout": layout}).plan_fields
+    assert (fields["dispatcher"].value, fields["ep_overlap"]) == (expected, overlap)
+
+
+@pytest.mark.parametrize("layout, algo", [("CP via DeepSpeed-Ulysses", "ulysses"), ("cp_comm_type=a2a+p2p", "hybrid"), ("ring attention", None)])
+def test_context_parallel_algorithm_in_words(layout, algo):
+    fields = row_inputs({**BASE, "cp": 2, "extra_layout": layout}).plan_fields
+    assert getattr(fields.get("cp_algo"), "value", None) == algo
+
+
+@pytest.mark.parametrize("name, vocab", [("CodeLlama-34B", 32000), ("LLaMA-33B", 32000), ("Llama 3.1 8B", 128256)])
+def test_family_vocabulary_of_llama_names(name, vocab):
+    from autopar.validation.rows import _family_vocab
+    assert _family_vocab(name) == vocab
+
+
+@pytest.mark.parametrize("name, preset", [("Mixtral 8\u00d722B", "mixtral-8x22b"), ("Mixtral-8x22B (141B)", "mixtral-8x22b"),
+                                          ("Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"), ("DeepSeek-R1", "deepseek-v3"),
+                                          ("Nemotron-340B", "nemotron4-340b")])
+def test_more_model_names(name, preset):
+    from autopar.validation.rows import preset_key_for_name
+    assert preset_key_for_name(name) == preset
