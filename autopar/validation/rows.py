@@ -899,7 +899,9 @@ def _flag(value: Any) -> bool | None:
     lead = _LEADING_WORD.match(text)
     if lead and (lead.group(1) in OFF_WORDS or lead.group(1) in ON_WORDS):
         return lead.group(1) in ON_WORDS
-    if re.match(r"(?:without|w/o|not used|unused|not applicable)\b", text) or re.search(r"\b(?:off|disabled|not used)\s*$", text):
+    # said in the negative: 'without SP', 'not used', or one word then 'off' ('SP off'; a longer
+    # description ending in 'off' may turn off something else: 'FSDP2, reshard off')
+    if re.match(r"(?:without|w/o|not used|unused|not applicable)\b", text) or re.fullmatch(r"[\w.-]+\s+(?:off|disabled|not used)", text):
         return False
     return None
 

@@ -788,3 +788,9 @@ def test_family_vocabulary_of_llama_names(name, vocab):
 def test_more_model_names(name, preset):
     from autopar.validation.rows import preset_key_for_name
     assert preset_key_for_name(name) == preset
+
+
+def test_a_description_ending_in_off_keeps_fsdp_on():
+    # 'reshard off' turns off resharding, not FSDP: FSDP stays on with the gathered weights kept
+    assert row_inputs({**BASE, "fsdp": "FSDP2, reshard off"}).plan_fields["zero"] == 3
+    assert row_inputs({**BASE, "fsdp": "FSDP off"}).plan_fields["zero"] == 1
