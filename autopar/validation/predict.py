@@ -123,12 +123,11 @@ def measured_tokens_per_gpu(row: dict[str, Any], model: ModelSpec, gpu: GpuSpec 
     flops, how = source_flops_per_token(row, model)
     if row.get("tflops_per_gpu"):
         return row["tflops_per_gpu"] * 1e12 / flops, f"tflops_per_gpu ({how})"
-    peak, stated = row.get("peak_tflops_used_by_source"), "stated"
+    peak, note = row.get("peak_tflops_used_by_source"), how
     if not peak and gpu is not None:
-        peak, stated = getattr(gpu.peak_tflops, gpu.half_dtype), f"the part's dense {gpu.half_dtype} peak: none stated"
+        peak, note = getattr(gpu.peak_tflops, gpu.half_dtype), f"{how}; the part's dense {gpu.half_dtype} peak: none stated"
     for key in ("mfu", "hfu"):
         if row.get(key) and peak:
-            note = how if stated == "stated" else f"{how}; {stated}"
             return row[key] * peak * 1e12 / flops, f"{key} x {peak} TFLOP/s ({note})"
     return None
 

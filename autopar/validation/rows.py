@@ -30,7 +30,9 @@ GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?o
                          r"phi-?3|granite|stablelm|vicuna|arctic|command[- ]?r|\bglm|chatglm|\bpalm\b|hunyuan|minimax|skywork|"
                          r"xverse|aquila|smollm", re.I)
 # tokenizer size of a model family, for rows that leave vocab_size out
-FAMILY_VOCAB = (("nemotron", 256000), ("llama3", 128256), ("llama-3", 128256), ("llama", 32000),
+# (a pattern searched in the lowercase name, in order; 'llama3' not followed by a digit: Llama 3.x, not
+# CodeLlama-34B or LLaMA-33B)
+FAMILY_VOCAB = (("nemotron", 256000), (r"llama[-_ ]?3(?!\d)", 128256), ("llama", 32000),
                 ("mixtral", 32000), ("mistral", 32000), ("mpt", 50432), ("gpt", 50257))
 # columns that describe the row, not the run's inputs or outcome
 META = {"id", "source_group", "source", "source_location", "source_commit", "table_or_section", "variant", "superseded",
@@ -197,8 +199,9 @@ def _number(column: str, value: Any, integer: bool) -> Any:
     text = value.strip().replace(",", "").replace("_", "")
     if not text or text.lower() in ("none", "n.a.", "tbd"):
         return None
-    written = None if _NUMBER.match(text) else _WRITTEN_NUMBER.match(text)
-    if written is None and not _NUMBER.match(text):
+    plain = _NUMBER.match(text)
+    written = None if plain else _WRITTEN_NUMBER.match(text)
+    if not plain and written is None:
         raise InputError(column, value, "must be a number")
     number = float(written.group(1) if written else text)
     if written and written.group(2):
@@ -218,7 +221,7 @@ def _number(column: str, value: Any, integer: bool) -> Any:
 
 # a parallel degree written as off ('off', 'no', 'no CP', 'none', 'no interleaving') is 1
 DEGREE_COLUMNS = ("tp", "pp", "cp", "ep", "etp", "vpp")
-_DEGREE_OFF = re.compile(r"^\s*(?:off|no|false|none|disabled|not used|n)\b|^\s*no\s+\w+", re.I)
+_DEGREE_OFF = re.compile(r"^\s*(?:off|no|false|none|disabled|not used|n)\b", re.I)  # 'no CP' too
 
 
 def _cells_with_units(out: dict[str, Any]) -> dict[str, str]:
@@ -244,12 +247,11 @@ def _cells_with_units(out: dict[str, Any]) -> dict[str, str]:
     if isinstance(batch, str) and re.search(r"\btok", batch, re.I) and out.get("tokens_per_batch") is None:
         out["tokens_per_batch"], out["global_batch_size"] = re.sub(r"\s*tok\w*", "", batch, flags=re.I), None
         derived["tokens_per_batch"] = f"global_batch_size '{batch}' (tokens)"
-    for column in ("tokens_per_sec_per_gpu",):
-        value = out.get(column)
-        if isinstance(value, str) and re.search(r"/\s*node|per[ -]node", value, re.I):
-            number = _number(column, re.sub(r"\s*(?:/\s*node|per[ -]node)\b", "", value, flags=re.I), False)
-            out[column] = number / int(out.get("gpus_per_node") or 8) if number else None
-            derived[column] = f"'{value}' / GPUs per node"
+    value = out.get("tokens_per_sec_per_gpu")
+    if isinstance(value, str) and re.search(r"/\s*node|per[ -]node", value, re.I):
+        number = _number("tokens_per_sec_per_gpu", re.sub(r"\s*(?:/\s*node|per[ -]node)\b", "", value, flags=re.I), False)
+        out["tokens_per_sec_per_gpu"] = number / int(out.get("gpus_per_node") or 8) if number else None
+        derived["tokens_per_sec_per_gpu"] = f"'{value}' / GPUs per node"
     return derived
 
 
@@ -419,10 +421,7 @@ def _text(row: dict[str, Any], *keys: str) -> str:
 
 def _family_vocab(name: str) -> int:
     low = name.lower()
-    if re.search(r"llama[-_ ]?3(?!\d)", low):  # Llama 3.x, not CodeLlama-34B or LLaMA-33B
-        return 128256
-    low = low.replace(" ", "")
-    return next((v for key, v in FAMILY_VOCAB if key in low and not key.startswith("llama3") and key != "llama-3"), 50257)
+    return next((v for pattern, v in FAMILY_VOCAB if re.search(pattern, low)), 50257)
 
 
 # GPU facts a row states in its gpu_type that change the part: the part's own profile, and the GPU
@@ -867,7 +866,7 @@ def _fsdp(row: dict[str, Any]) -> tuple[bool, int | None, bool]:
     value = row.get("fsdp")
     text = str(value).lower()
     # 'DDP' or 'DDP + distributed optimizer': plain data parallelism, no FSDP
-    ddp_only = re.search(r"\bddp\b", text) and not re.search(r"fsdp|shard|zero", text.replace("no fsdp", ""))
+    ddp_only = re.search(r"\bddp\b", text) and not re.search(r"fsdp|shard|zero", text)
     if value is None or _flag(value) is False or ddp_only or text.strip() in ("n/a", "-", "") or re.search(r"\b(?:no|without|w/o)\s+fsdp", text):
         return False, None, False
     keeps = bool(re.search(r"shard[_ ]?grad[_ ]?op|_zero2|zero-?2|reshard_after_forward\s*[=:]\s*false", text))
