@@ -32,8 +32,16 @@ GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?o
 # tokenizer size of a model family, for rows that leave vocab_size out
 # (a pattern searched in the lowercase name, in order; 'llama3' not followed by a digit: Llama 3.x, not
 # CodeLlama-34B or LLaMA-33B)
-FAMILY_VOCAB = (("nemotron", 256000), (r"llama[-_ ]?3(?!\d)", 128256), ("llama", 32000),
-                ("mixtral", 32000), ("mistral", 32000), ("mpt", 50432), ("gpt", 50257))
+# Sizes are the HF config.json vocab_size of each family's published checkpoints: gpt-oss
+# (openai/gpt-oss-120b) 201088; Qwen3 151936 (Qwen2/2.5 7B and up pad to 152064); DeepSeek-V3/R1
+# 129280, DeepSeek-V2 and DeepSeek LLM 102400; Gemma 3 262208, Gemma 1/2 256000; Falcon 65024; BLOOM
+# 250880; OPT 50272; Pythia 50304; GPT-NeoX-20B 50432; Phi-3 32064; Yi 64000. Llama 3 comes first:
+# 'Llama-3.1-Nemotron-70B' is a Llama with Llama 3's tokenizer.
+FAMILY_VOCAB = ((r"llama[-_ ]?3(?!\d)", 128256), ("nemotron", 256000), (r"gpt[-_ ]?oss", 201088), ("qwen", 151936),
+                (r"deepseek[-_ ]?(?:v3|r1)", 129280), ("deepseek", 102400), (r"gemma[-_ ]?3", 262208), ("gemma", 256000),
+                ("llama", 32000), ("mixtral", 32000), ("mistral", 32000), ("falcon", 65024), ("bloom", 250880),
+                (r"\bopt-\d", 50272), ("pythia", 50304), ("neox", 50432), (r"phi[-_ ]?3", 32064), (r"\byi-\d", 64000),
+                ("mpt", 50432), ("gpt", 50257))
 # columns that describe the row, not the run's inputs or outcome
 META = {"id", "source_group", "source", "source_location", "source_commit", "table_or_section", "variant", "superseded",
         "model_name", "model_type", "num_params_billion", "dims_source", "derived_fields", "validation_tier", "notes",
@@ -139,11 +147,14 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - gated MLP (SwiGLU): Llama/Mistral/Mixtral/Qwen/DeepSeek/Gemma/OLMo/gpt-oss/Kimi names; GPT, MPT, Nemotron not gated
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
-- vocab_size: the family's tokenizer (Nemotron 256000, Llama-3 128256, Llama-2/Mistral 32000, MPT 50432, GPT 50257)
+- vocab_size: the family's tokenizer (Llama-3 128256, Nemotron 256000, gpt-oss 201088, Qwen 151936, DeepSeek-V3
+  129280, DeepSeek-V2 102400, Gemma 256000 (Gemma 3 262208), Llama-2/Mistral 32000, Falcon, BLOOM, OPT, Pythia,
+  Phi-3, Yi, MPT 50432, GPT 50257)
 - head_dim: the kv_channels / head_dim its dims_source states, else the preset's (below), else hidden / heads
 - a Hugging Face repo id names its model ('meta-llama/Llama-2-7b-hf', 'Mixtral-8x7B-v0.1'); a MoE
   named by its total size only ('Qwen3-235B') is the one preset adding its active size ('-a22b')
-- a pipeline schedule named non-interleaved or with interleaving off is 1F1B; a vpp written in words
+- a pipeline schedule named non-interleaved or with interleaving off is 1F1B; 'GPipe' is GPipe; a zero-bubble
+  schedule (ZB-H1/H2, ZBV, 'zero bubble') without virtual stages is ZB-H2; a vpp written in words
   ('vpp=5', 'virtual pipeline 4', '2 chunks per stage') where the vpp column is empty; CP named
   Ulysses / a2a runs all-to-all CP, 'a2a+p2p' the hybrid
 - a choice named only to deny it ('no DeepEP', 'a2a_overlap=false', 'not force-balanced', 'without
@@ -431,6 +442,7 @@ def _family_vocab(name: str) -> int:
 STATED_PARTS = (
     # torchtitan Grand Teton, 500 W; written '96GB HBM2e', 'H100 96 GB' (not the 94 GB H100 NVL card)
     (re.compile(r"H100(?![\s-]*NVL).*(\b9[456] ?GB|94-95 ?GB)", re.I), "H100-96GB-500W", "H100"),
+    (re.compile(r"H100[\s-]*NVL", re.I), "H100-NVL", "H100"),  # the 94 GB PCIe card (profiles/gpus/h100-nvl.yaml)
     (re.compile(r"B200.*(power[- ]?(?:limited|capped|cap)|\b750 ?W)", re.I), "B200-750W", "B200"),  # torchao MX benchmarks
     (re.compile(r"(\bGH200\b|grace.?hopper).*(14[14] ?GB|HBM3e)", re.I), "GH200-144GB", "GH200"),
     (re.compile(r"\bGH200\b|grace.?hopper", re.I), "GH200", "GH200"),
@@ -942,6 +954,11 @@ VPP_IN_WORDS = re.compile(r"\b(?:vpp|vp|virtual[ _-]pipeline(?:[ _-]model[ _-]pa
                           r"\b(\d+)\s+(?:model\s+)?chunks\s+per\s+(?:stage|rank)")
 
 
+# a zero-bubble pipeline schedule named (Qi et al. 2023 ZB-H1/ZB-H2; torchtitan ScheduleZBVZeroBubble;
+# Megatron-LM's and Sea AI's 'zero bubble'); read as the plan's zero-bubble schedule (ZB-H2)
+ZERO_BUBBLE_NAMED = re.compile(r"zero[ _-]?bubble|\bzb[ _-]?(?:h[12]|v)\b|zbv")
+
+
 def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
     """Plan fields the row publishes, and the choices it leaves open (resolved by the prediction)."""
     tp, pp = row.get("tp") or 1, row.get("pp") or 1
@@ -982,8 +999,12 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         fields["schedule"] = Schedule.dualpipev  # torchtitan's ScheduleDualPipeV: two stages per rank in a V
         fields["vpp"] = 2
     elif (re.search(r"(?<!non-)(?<!non )interleaved", text) and not INTERLEAVING_DENIED.search(text)) or pp_schedule.startswith("interleaved"):
-        fields["schedule"] = Schedule.interleaved
+        fields["schedule"] = Schedule.interleaved  # torchtitan's InterleavedZeroBubble too: its chunks, not its filled bubble
         fields["vpp"] = max(fields["vpp"], 2)
+    elif pp > 1 and fields["vpp"] == 1 and ZERO_BUBBLE_NAMED.search(f"{pp_schedule} {text}"):
+        fields["schedule"] = Schedule.zero_bubble
+    elif pp > 1 and fields["vpp"] == 1 and re.search(r"\bgpipe\b|schedulegpipe", f"{pp_schedule} {text}"):
+        fields["schedule"] = Schedule.gpipe  # torchtitan/PiPPy 'GPipe': all forwards, then all backwards
     if row.get("vpp") is None and fields.get("schedule") != Schedule.dualpipev:
         stated = VPP_IN_WORDS.search(text)
         vpp = int(stated.group(1) or stated.group(2)) if stated else 1

@@ -743,6 +743,59 @@ def test_interleaving_in_words(layout, vpp, schedule):
     assert fields["vpp"] == vpp and getattr(fields.get("schedule"), "value", "1f1b") == schedule
 
 
+@pytest.mark.parametrize("layout, pp_schedule, vpp, schedule", [
+    ("", "GPipe", 1, "gpipe"), ("PP 4 with the GPipe schedule", None, 1, "gpipe"),
+    ("", "ZBVZeroBubble", 1, "zero-bubble"), ("zero bubble (ZB-H1)", None, 1, "zero-bubble"),
+    ("", "InterleavedZeroBubble", 2, "interleaved"),  # its virtual stages are expressible, its filled bubble is not
+    ("", "1F1B", 1, "1f1b"),
+])
+def test_pipeline_schedules_by_name(layout, pp_schedule, vpp, schedule):
+    """torchtitan's pipeline_parallel_schedule names (GPipe, 1F1B, Interleaved1F1B,
+    InterleavedZeroBubble, ZBVZeroBubble) and the zero-bubble schedules of Qi et al. 2023 (ZB-H1,
+    ZB-H2) become the plan's schedule; before, every one but interleaving was read as 1F1B."""
+    row = {**BASE, "pp": 4, "num_gpus": 64, "extra_layout": layout, "other_metrics": {"pp_schedule": pp_schedule}}
+    fields = row_inputs(row).plan_fields
+    assert fields["vpp"] == vpp and getattr(fields.get("schedule"), "value", "1f1b") == schedule
+
+
+def test_gpipe_holds_every_micro_batch():
+    """GPipe runs all forwards before any backward, so the first stage holds all m micro-batches'
+    activations where 1F1B holds pp (seed 000 'Конвейерный параллелизм'): with 16 micro-batches
+    on pp 4 the GPipe row needs more memory than the 1F1B row, with the same bubble, so the
+    same predicted speed where both fit."""
+    row = {**BASE, "pp": 4, "num_gpus": 64, "global_batch_size": 256, "micro_batch_size": 1, "recompute": "full"}
+    gpipe = predict_row({**row, "other_metrics": {"pp_schedule": "GPipe"}})
+    one_f_one_b = predict_row({**row, "other_metrics": {"pp_schedule": "1F1B"}})
+    assert "schedule=gpipe" in gpipe.plan and "schedule=1f1b" in one_f_one_b.plan
+    assert gpipe.predicted_memory_gb > one_f_one_b.predicted_memory_gb + 1.0
+    assert gpipe.predicted_tokens_per_second_per_gpu == pytest.approx(one_f_one_b.predicted_tokens_per_second_per_gpu, rel=0.02)
+
+
+@pytest.mark.parametrize("name, vocab", [
+    ("gpt-oss-20b", 201088), ("Qwen2.5-7B", 151936), ("DeepSeek-R1 distill", 129280), ("DeepSeek-V2-Lite", 102400),
+    ("Gemma-3-27B", 262208), ("Gemma 2 9B", 256000), ("Llama-3.1-Nemotron-70B", 128256), ("Nemotron-4 15B", 256000),
+    ("Falcon-40B", 65024), ("BLOOM-176B", 250880), ("OPT-175B", 50272), ("Yi-34B", 64000), ("GPT-NeoX-20B", 50432),
+    ("GPT 175B", 50257), ("Optimus 7B", 50257),
+])
+def test_family_vocabulary_beyond_llama(name, vocab):
+    """HF config.json vocab_size of each family's checkpoints (rows.py FAMILY_VOCAB); before, every
+    name outside Nemotron/Llama/Mistral/MPT fell back to GPT-2's 50,257, so a Qwen or gpt-oss row
+    without a vocab_size lost 2/3 of its logits layer."""
+    from autopar.validation.rows import _family_vocab
+    assert _family_vocab(name) == vocab
+
+
+def test_h100_nvl_is_its_own_part():
+    """'H100 NVL' was read as the SXM part. profiles/gpus/h100-nvl.yaml (NVIDIA datasheet: BF16
+    1,671 sparse = 836 dense, 3.9 TB/s, PCIe Gen5, NVLink bridge to one other card only;
+    nvidia-smi 95,830 MiB): the node runs on PCIe, and a row that does not fit 80 GB fits 94."""
+    cluster = row_inputs({**BASE, "gpu_type": "NVIDIA H100 NVL", "gpu_normalized": "H100-80GB"}).cluster
+    assert (cluster.gpu.name, cluster.intra_node.kind.value, cluster.intra_node.bandwidth_gb_per_s) == ("H100-NVL", "pcie", 64)
+    assert cluster.gpu.peak_flops_per_second("bf16") == pytest.approx(836e12)
+    assert cluster.gpu.hbm_bytes / 2**30 == pytest.approx(93.58)
+    assert row_inputs({**BASE, "gpu_type": "H100 SXM 96GB HBM2e"}).cluster.gpu.name == "H100-96GB-500W"
+
+
 @pytest.mark.parametrize("written, stage", [
     ("DP=32, ZeRO-1", 1), ("distributed optimizer (Megatron-Core 0.10)", 1), ("None (DDP)", 0), ("no ZeRO", 0),
     ("--use-distributed-optimizer", 1), ("stage=2", 2),
