@@ -168,6 +168,8 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         f = inputs.plan_fields
         grid = inputs.cluster.num_gpus // f["pp"]  # tp x cp x dp ranks per stage, where experts fold
         options.append([("etp", e) for e in (1, 2, 4, 8) if grid % (e * f["ep"]) == 0])
+    if "zero" in inputs.open_choices:  # 'ZeRO: yes' without its stage
+        options.append([("zero", z) for z in (1, 2, 3)])
     if "mbs" in inputs.open_choices:
         options.append([("mbs", b) for b in (1, 2, 4)])
     out = []

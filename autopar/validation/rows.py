@@ -117,7 +117,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   'AC=full', --checkpoint-activations, a true flag -> full; a false flag -> none; anything else
   (a count of layers, 'partial') is an open choice
 - ZeRO stage in words: os / os+g / os+g+p (the ZeRO paper's partitions) -> 1 / 2 / 3, FSDP -> 3,
-  distributed optimizer -> 1, none/DDP -> 0; PyTorch FSDP HYBRID_SHARD shards within a node,
+  distributed optimizer -> 1, none/DDP -> 0; 'yes'/'True'/'ZeRO' without a stage: stages 1-3 are open
+  choices (the fastest that fits); PyTorch FSDP HYBRID_SHARD shards within a node,
   SHARD_GRAD_OP keeps the gathered weights from forward to backward (reshard off)
 - ZeRO: 3 for FSDP rows; 1 (distributed optimizer) for Megatron/NeMo rows from 2022 on; 0 for 2021 software
 - flash attention: off for 2021 software (unfused softmax), on otherwise
@@ -291,9 +292,13 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         named = re.search(r"(?:zero|stage)[\s_=:-]*([0-3])\b", zero, re.I)  # 'DP=32, ZeRO-1', 'stage=2'
         word = next((n for pattern, n in ZERO_WORDS if pattern.search(zero)), None)
         stage = named or (re.search(r"(?<![\d.])[0-3](?![\d.])", zero) if word is None else None)
-        if stage is None and word is None:
+        if stage is None and word is None and ZERO_ON.match(zero):
+            out["zero_stage"] = ZERO_OPEN  # ZeRO used, its stage not given: an open choice (row_plan_fields)
+            derived["zero_stage"] = f"'{zero.strip()}': some ZeRO stage, resolved"
+        elif stage is None and word is None:
             raise InputError("zero_stage", zero, "must name a ZeRO stage 0-3 (or os / os+g / os+g+p, FSDP, distributed optimizer, none)")
-        out["zero_stage"] = int(stage.group(1 if named else 0)) if stage else word
+        else:
+            out["zero_stage"] = int(stage.group(1 if named else 0)) if stage else word
     derived.update(_dims_from_preset(out))
     derived.update(_missing_num_gpus(out))
     derived.update(_missing_degree(out))
@@ -319,6 +324,9 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     return out, derived
 
 
+# a zero_stage cell that says ZeRO ran without its stage ('yes', 'True', 'ZeRO', 'enabled')
+ZERO_ON = re.compile(r"^\s*(?:yes|y|true|on|enabled|used|zero|deepspeed zero)\s*$", re.I)
+ZERO_OPEN = "open"
 # ZeRO stages in words: the ZeRO paper's partitions (Rajbhandari et al. 2020, sec. 5: P_os, P_os+g,
 # P_os+g+p), FSDP full sharding (stage 3), Megatron's distributed optimizer (stage 1)
 ZERO_WORDS = (
@@ -920,6 +928,8 @@ def _flag(value: Any) -> bool | None:
 def _zero(row: dict[str, Any], fsdp: bool) -> int:
     if fsdp:
         return 3
+    if row.get("zero_stage") == ZERO_OPEN:
+        return 1  # a placeholder: the stage is an open choice (row_plan_fields)
     if row.get("zero_stage") is not None:
         return int(row["zero_stage"])
     if row.get("distributed_optimizer") is not None:
@@ -1014,7 +1024,7 @@ def row_plan_fields(row: dict[str, Any], model: ModelSpec, training: TrainingSpe
         layout = megatron_layout(model.num_layers, pp, fields["vpp"], account_for_embedding=True, account_for_loss=True,
                                  mtp_layers=model.mtp_num_layers)
         fields["layout"] = layout.text()
-    open_choices = []
+    open_choices = ["zero"] if row.get("zero_stage") == ZERO_OPEN and not fsdp else []
     if model.is_moe and row.get("etp") is None:
         dp = (row.get("num_gpus") or 1) // (tp * pp * fields["cp"])
         if (dp * fields["cp"] * tp) % (fields["ep"] * tp):  # expert TP = TP does not fit: the row folded experts

@@ -531,6 +531,19 @@ def test_torch_compile_written_false_is_off():
         assert row_stack({"software": "torchtitan", "id": "r", "other_metrics": {"torch_compile": written}}).value == stack
 
 
+@pytest.mark.parametrize("text, gb_per_s_per_gpu", [
+    ("GCP A3 Mega (a3-megagpu-8g), GPUDirect-TCPXO", 25.0), ("a3-highgpu-8g", 12.5), ("A3 Ultra (H200)", 50.0),
+    ("Google Cloud A4 (B200)", 50.0), ("GCP A4X", None),  # an NVL72 tray of 4 GPUs, not a NIC node of 8
+])
+def test_google_cloud_machine_types(text, gb_per_s_per_gpu):
+    """profiles/validation/networks.yaml, from Google Cloud's 'Networking and GPU machines': A3 High
+    four 200 Gb/s GPU NICs (800 / 8 bits / 8 GPUs = 12.5 GB/s), A3 Mega 1,600 Gb/s (25), A3 Ultra
+    and A4 eight 400 Gb/s CX7 (50); before, a GCP row fell back to its cluster preset's NICs."""
+    from autopar.validation.network import stated_network
+    stated = stated_network({"interconnect": text}, 8)
+    assert (stated.nic_gb_per_s_per_gpu if stated else None) == gb_per_s_per_gpu
+
+
 @pytest.mark.parametrize("column, written, value", [
     ("tokens_per_sec_per_gpu", "~3700", 3700.0), ("tokens_per_sec_per_gpu", "3700 tok/s", 3700.0),
     ("tokens_per_sec_per_gpu", "3.7K tokens/s", 3700.0),          # a throughput's K is decimal
@@ -794,6 +807,24 @@ def test_h100_nvl_is_its_own_part():
     assert cluster.gpu.peak_flops_per_second("bf16") == pytest.approx(836e12)
     assert cluster.gpu.hbm_bytes / 2**30 == pytest.approx(93.58)
     assert row_inputs({**BASE, "gpu_type": "H100 SXM 96GB HBM2e"}).cluster.gpu.name == "H100-96GB-500W"
+
+
+@pytest.mark.parametrize("written", ["yes", "True", "ZeRO", "enabled"])
+def test_zero_used_without_its_stage_is_an_open_choice(written):
+    """A zero_stage cell that says ZeRO ran without saying which stage was refused with an
+    InputError; it is now a choice the row leaves open, resolved like recompute to the fastest
+    stage that fits (the run did run). Llama 3 8B at seq 8192, mbs 1, no recompute, dp 64 on 80 GB:
+    stage 1 keeps every bf16 gradient and needs ~100 GB (does not fit); stage 2 shards them
+    (~67 GB, the same step: one micro-batch, the same reduce-scatter); stage 3 also gathers the
+    weights, slower. So stage 2."""
+    row = {**BASE, "zero_stage": written, "micro_batch_size": 1, "recompute": "none"}
+    normalized, derived = normalize_row(row)
+    assert "zero" in row_inputs(normalized).open_choices and "zero_stage" in derived
+    result = predict_row(row)
+    assert result.skipped is None and result.resolved["zero"] == "2" and "zero=2" in result.plan
+    assert not predict_row({**row, "zero_stage": 1}).feasible
+    stated = predict_row({**row, "zero_stage": 2})
+    assert result.predicted_tokens_per_second_per_gpu == pytest.approx(stated.predicted_tokens_per_second_per_gpu)
 
 
 @pytest.mark.parametrize("written, stage", [
