@@ -15,7 +15,7 @@ from autopar.cost.moe import (dispatch_seconds, expert_load_factor, local_expert
                               sort_permutations)
 from autopar.cost.table import CP_ALGO, vmap
 from autopar.specs.plan import CpAlgo
-from autopar.specs.training import Fp8Recipe
+from autopar.specs.training import Fp8Recipe, Stack
 
 RING, ULYSSES, HYBRID = (CP_ALGO.index(a) for a in (CpAlgo.ring, CpAlgo.ulysses, CpAlgo.hybrid))
 
@@ -97,20 +97,22 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     out["act_elem"] = batch.hbm_seconds(3 * B * T * f_act)
     if m.is_moe_layer(index):
         routed_f = moe_tokens / T * m.moe_top_k * load * (m.moe_ffn_hidden_size or 0) / t.etp
-        out["moe_act_elem"] = batch.hbm_seconds(3 * B * T * routed_f)
+        clamp_fwd, clamp_bwd = (b * T * routed_f for b in _eager_clamped_glu_bytes(batch))
+        out["moe_act_elem"] = batch.hbm_seconds(3 * B * T * routed_f + clamp_fwd)
         moe_bytes = moe_elementwise_bytes(m, moe_tokens, load, B, sort_permutations(m, t.ep, t.dispatcher))
-        out["moe_elem"] = batch.hbm_seconds(moe_bytes) + out["act_elem"]
+        out["moe_elem"] = batch.hbm_seconds(moe_bytes + clamp_fwd) + out["act_elem"]
         elem_bytes = elem_bytes + moe_bytes
     else:
         out["moe_act_elem"] = out["moe_elem"] = np.zeros(len(t))
+        clamp_fwd = clamp_bwd = 0.0
     if batch.stack.elementwise == "eager":
         extra_fwd, extra_bwd = _eager_extra_bytes(batch, f_act, index)
     elif batch.stack.rope_complex_fallback:
         extra_fwd, extra_bwd = (b * batch.tokens for b in _eager_rope_per_token(batch, index))
     else:
         extra_fwd, extra_bwd = 0.0, 0.0
-    out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd)
-    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd + input_gradient_sum_bytes(batch, gemms, shares))
+    out["elem"] = batch.hbm_seconds(elem_bytes + extra_fwd + cast_fwd + clamp_fwd)
+    out["elem_bwd"] = batch.hbm_seconds(2 * elem_bytes + extra_bwd + cast_bwd + clamp_bwd + input_gradient_sum_bytes(batch, gemms, shares))
     out["sac_gemm"] = sum(tm * per_op_recomputed(g.name, m, dtype) for g, tm in zip(gemms, times))
     # one AllReduce (SP: AllGather + ReduceScatter) around each block with TP-split weights: the
     # mixer and the MLP; a MoE block without shared experts has none (see _tp_seconds)
@@ -224,6 +226,17 @@ def _eager_rope_per_token(batch: Batch, index: int) -> tuple[np.ndarray | float,
     q, k = _rope_widths(batch, index)
     x = batch.params.memory.eager_extra_bytes.rope
     return x[0] * (q + k), x[1] * (q + k)
+
+
+def _eager_clamped_glu_bytes(batch: Batch) -> tuple[float, float]:
+    """HBM bytes per routed expert F element [forward, backward] of the eager clamps and
+    concatenation Megatron-Core runs around gpt-oss's clamped GLU before its fused grouped MLP
+    (TrainingSpec.fused_clamped_glu; memory.eager_extra_bytes.clamped_glu); zero for a model
+    without a clamp, on other stacks and where the GLU is fused."""
+    tr = batch.training
+    if batch.model.swiglu_limit is None or tr.stack != Stack.megatron or tr.fused_clamped_glu:
+        return 0.0, 0.0
+    return batch.params.memory.eager_extra_bytes.clamped_glu
 
 
 def _eager_extra_bytes(batch: Batch, f_act, index: int) -> tuple[np.ndarray, np.ndarray]:

@@ -158,6 +158,8 @@ class EagerExtraBytes(_Strict):
     rope: tuple[float, float] = Field(description="Per rotated element (query and key heads)")
     activation: tuple[float, float] = Field(description="Per activated MLP element (F per token, gated product)")
     attention_layout: tuple[float, float] = Field(description="Per attention-output element (transpose to contiguous)")
+    clamped_glu: tuple[float, float] = Field(description="Per routed expert F element of a clamped GLU (gpt-oss) that "
+                                             "Megatron-Core clamps and concatenates in eager kernels around its fused GLU")
 
 
 class NcclParams(_Strict):

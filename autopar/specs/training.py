@@ -126,6 +126,12 @@ class TrainingSpec(StrictModel):
         "torchtitan PR #2095 (2025-12-01, 'add all SDPA backends to op_sac_save_list'); false for earlier torchtitan, "
         "whose list named only the flash and memory-efficient SDPA ops, so on a GPU where the stack runs cuDNN attention "
         "(Blackwell) backward reruns the attention forward and the attention output is not kept")
+    fused_clamped_glu: bool = Field(
+        True,
+        description="Megatron-Core runs a clamped GLU (gpt-oss's swiglu_limit) as one fused op (TE ScaledClampedQGeGLU on "
+        "its fused grouped MLP, Megatron-Core 2026-08); false for earlier Megatron-Core, which clamps and concatenates "
+        "the expert activations in eager kernels around its compiled GLU (profiles/cost/defaults.yaml "
+        "memory.eager_extra_bytes.clamped_glu)")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")
 

@@ -134,6 +134,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   enable_fsdp_float8_all_gather) or 'fp8-param-gather' (Megatron-LM); off otherwise
 - torchtitan per-op SAC: keeps cuDNN attention's output unless the software version's latest date
   is before 2025-12 (torchtitan PR #2095 added cuDNN to the save list; Blackwell runs cuDNN first)
+- Megatron-Core clamps gpt-oss's GLU in eager kernels when the software's latest date (an ISO date,
+  a month, or an NVIDIA container's YY.MM: 'NeMo 26.02.01') is before 2026-08 (TE's fused
+  ScaledClampedQGeGLU on Megatron-Core's fused grouped MLP); no date stated: fused
 - MoE routing: forced balanced when the row says so ('force-balanced', 'uniform routing',
   'ideal routing', --moe-router-force-load-balancing), in consecutive expert blocks when it names
   NeMo AutoModel's fake balanced gate; token dropping at the capacity the row names;
@@ -732,8 +735,14 @@ FLASH_MIN_COMPUTE_CAPABILITY = 7.5
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 # dates a software version states: 2024-12-26, a nightly's dev20250815, 'Aug 2024', 'April 2024'
 STATED_DATES = re.compile(r"(20\d\d)-(\d\d)\b|dev(20\d\d)(\d\d)\d\d|\b(%s)[a-z]*\.?\s+(20\d\d)\b" % "|".join(MONTHS), re.I)
+# NVIDIA's containers are versioned YY.MM ('NeMo 26.02.01 container', 'nemo:24.07')
+CONTAINER_DATE = re.compile(r"\b(?:nemo|container|pytorch)\b\D{0,12}\b(2\d)\.(0[1-9]|1[0-2])(?:\.\d+)?\b", re.I)
 # torchtitan PR #2095 (merged 2025-12-01): per-op SAC saves every SDPA backend's output, cuDNN's included
 SAC_SAVES_CUDNN_SINCE = (2025, 12)
+# Megatron-Core fuses a clamped GLU into its grouped MLP from 2026-08 (TE ScaledClampedQGeGLU, TE 2.15
+# MXFP8 / 2.18 BF16; Megatron-Core 2a75ac12c5 'Complete clamped SwiGLU across expert paths', 2026-08-13;
+# the Megatron-Bridge 26.08 perf recipes): earlier containers clamp in eager kernels
+FUSED_CLAMPED_GLU_SINCE = (2026, 8)
 
 
 def software_date(row: dict[str, Any]) -> tuple[int, int] | None:
@@ -744,6 +753,7 @@ def software_date(row: dict[str, Any]) -> tuple[int, int] | None:
             dates.append((int(iso_y or dev_y), int(iso_m or dev_m)))
         else:
             dates.append((int(year), MONTHS.index(month.lower()[:3]) + 1))
+    dates += [(2000 + int(y), int(mo)) for y, mo in CONTAINER_DATE.findall(str(row.get("software_version") or ""))]
     return max(dates) if dates else None
 
 
@@ -812,6 +822,8 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     date = software_date(row)
     if fields["stack"] in (Stack.torchtitan, Stack.torchtitan_compile) and date is not None and date < SAC_SAVES_CUDNN_SINCE:
         fields["sac_saves_cudnn_attention"] = False
+    if fields["stack"] == Stack.megatron and date is not None and date < FUSED_CLAMPED_GLU_SINCE:
+        fields["fused_clamped_glu"] = False  # only a model with a clamped GLU (gpt-oss) pays for it
     return TrainingSpec.model_validate(fields)
 
 

@@ -878,3 +878,17 @@ def test_a_description_ending_in_off_keeps_fsdp_on():
     # 'reshard off' turns off resharding, not FSDP: FSDP stays on with the gathered weights kept
     assert row_inputs({**BASE, "fsdp": "FSDP2, reshard off"}).plan_fields["zero"] == 3
     assert row_inputs({**BASE, "fsdp": "FSDP off"}).plan_fields["zero"] == 1
+
+
+@pytest.mark.parametrize("version, date, fused", [
+    ("NeMo 26.02.01 container", (2026, 2), False), ("nemo:24.07", (2024, 7), False), ("NeMo 26.08 container", (2026, 8), True),
+    ("Megatron-Core 0.16 (2026-03)", (2026, 3), False), ("NeMo 2.0", None, True),  # a framework version, not a YY.MM container
+])
+def test_container_versions_date_the_software(version, date, fused):
+    """NVIDIA's containers are versioned YY.MM (rows.py CONTAINER_DATE); a Megatron row from before
+    2026-08 clamps gpt-oss's GLU in eager kernels (TrainingSpec.fused_clamped_glu,
+    tests/cost/test_clamped_glu.py)."""
+    from autopar.validation.rows import software_date
+    row = {**BASE, "software": "Megatron-Bridge (NeMo)", "software_version": version}
+    assert software_date(row) == date
+    assert row_inputs(row).training.fused_clamped_glu is fused
