@@ -612,7 +612,7 @@ def test_hugging_face_names_find_their_preset(name, preset):
 
 
 @pytest.mark.parametrize("gpu_type, label, part", [
-    ("H100 96GB", "H100-80GB", "H100-96GB-500W"), ("NVIDIA H100 NVL 94GB", "H100-80GB", "H100"),
+    ("H100 96GB", "H100-80GB", "H100-96GB-500W"), ("NVIDIA H100 NVL 94GB", "H100-80GB", "H100-NVL"),  # its own part, not the 96 GB SXM
     ("B200 (power-capped 750 W)", "B200", "B200-750W"), ("B200 power capped", "B200", "B200-750W"),
     ("A100-SXM4-40GB", "A100-80GB", "A100-40GB"), (None, "H100-PCIe", "H100-PCIe"), ("A100 80GB", "A100-80GB", "A100-80GB"),
 ])
