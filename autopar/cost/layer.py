@@ -36,6 +36,8 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     shares = [projection_shares(g.name, m) if batch.stack.separate_projections else (1.0,) for g in gemms]
     times = [sum(gemm_time(batch, g.m, g.n * s, g.k, dtype) for s in sh) * g.count for g, sh in zip(gemms, shares)]
     out = {"gemm": sum(times)}
+    # the routed experts' GEMMs: what the host issues after a MoE layer's token-count sync (layer_parts)
+    out["gemm_experts"] = sum((tm for g, tm in zip(gemms, times) if g.name.startswith("moe/experts")), np.zeros(len(t)))
     # FLOPs executed by the mean rank: the routed experts' GEMMs are costed at the most-loaded
     # rank's `load` x share (the step waits for it), but the other ranks do less, not idle work
     flops = [g.flops / load if g.name.startswith("moe/experts") else g.flops for g in gemms]
@@ -133,16 +135,24 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     return out
 
 
+def moe_host_parts(batch: Batch, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """moe_host_seconds in its two parts: the layer's own ops, and the per-expert GEMM
+    submissions (zero where the stack groups them)."""
+    m, t, prm = batch.model, batch.tab, batch.params.moe
+    zero = np.zeros(len(t))
+    if not m.is_moe_layer(index):
+        return zero, zero
+    per_expert = local_experts(m, t.ep) if batch.stack.expert_gemm_launches == "per_expert" else zero
+    return zero + prm.host_layer_forward_seconds, prm.host_expert_forward_seconds * per_expert
+
+
 def moe_host_seconds(batch: Batch, index: int) -> np.ndarray:
     """Host seconds to issue one MoE layer's forward for one micro-batch: the layer's own ops, and
     two GEMM submissions per local expert where the stack submits one GEMM per expert
     (StackSpec.expert_gemm_launches; profiles/cost/defaults.yaml moe.host_*). Zero for a layer
     without routed experts: a dense layer does not block the host, which runs ahead."""
-    m, t, prm = batch.model, batch.tab, batch.params.moe
-    if not m.is_moe_layer(index):
-        return np.zeros(len(t))
-    per_expert = local_experts(m, t.ep) if batch.stack.expert_gemm_launches == "per_expert" else np.zeros(len(t))
-    return prm.host_layer_forward_seconds + prm.host_expert_forward_seconds * per_expert
+    layer, experts = moe_host_parts(batch, index)
+    return layer + experts
 
 
 def input_gradient_sum_bytes(batch: Batch, gemms: list, shares: list[tuple[float, ...]]) -> np.ndarray:
@@ -503,10 +513,18 @@ def layer_parts(batch: Batch, index: int, alone=None) -> dict[str, np.ndarray]:
     layer_bwd = (1 + w) * f["gemm"] + f["elem_bwd"] + merge_bwd + 2 * (f["tp_bwd"] + f["ep"]) + f["attn_bwd"] + f["cp_bwd"]
     # a MoE layer blocks the host at its token-count sync (moe_host_seconds): where issuing the
     # layer's kernels takes the host longer than the GPU needs to run them, the GPU waits; the
-    # backward issues twice the forward's ops (input and weight gradients)
-    host = moe_host_seconds(batch, index)
-    host_fwd = np.maximum(host - layer_fwd, 0.0)
-    host_bwd = np.maximum(2 * host - layer_bwd, 0.0)
+    # backward issues twice the forward's ops (input and weight gradients) and has no sync.
+    # In the forward the sync splits the layer in two segments run one after the other: after
+    # it the host issues the dispatch, the per-expert GEMMs and the combine while the GPU,
+    # drained by the sync, runs them as they arrive; only then the rest of the layer (norms,
+    # attention, router up to the next layer's sync). The host time of one segment cannot hide
+    # under the GPU time of the other (the GPU has nothing queued), so each segment takes the
+    # longer of its host and GPU times (a queue fed by a slower producer finishes with it)
+    host_layer, host_experts = moe_host_parts(batch, index)
+    experts_gpu = f["gemm_experts"] + f["ep"] + f["moe_elem"]
+    rest_gpu = np.maximum(layer_fwd - experts_gpu, 0.0)
+    host_fwd = np.maximum(host_experts - experts_gpu, 0.0) + np.maximum(host_layer - rest_gpu, 0.0)
+    host_bwd = np.maximum(2 * (host_layer + host_experts) - layer_bwd, 0.0)
     return {
         "compute_gemm": (2 + w) * f["gemm"],
         "compute_attention": f["attn"] + f["attn_bwd"],
