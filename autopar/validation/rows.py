@@ -36,10 +36,16 @@ GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?o
 # (openai/gpt-oss-120b) 201088; Qwen3 151936 (Qwen2/2.5 7B and up pad to 152064); DeepSeek-V3/R1
 # 129280, DeepSeek-V2 and DeepSeek LLM 102400; Gemma 3 262208, Gemma 1/2 256000; Falcon 65024; BLOOM
 # 250880; OPT 50272; Pythia 50304; GPT-NeoX-20B 50432; Phi-3 32064; Yi 64000. Llama 3 comes first:
-# 'Llama-3.1-Nemotron-70B' is a Llama with Llama 3's tokenizer.
+# 'Llama-3.1-Nemotron-70B' is a Llama with Llama 3's tokenizer. Mistral's Tekken tokenizer
+# (mistralai/Mistral-Nemo-Base-2407, Mistral-Small-24B-Base-2501, Ministral-8B-Instruct-2410,
+# Pixtral-12B-2409, Magistral and Devstral Small: 131072) and its v3 tokenizer
+# (Mistral-Large-Instruct-2407, Codestral-22B-v0.1, Mistral-7B-v0.3: 32768) before the v1 32000
+# of Mistral 7B v0.1/v0.2.
 FAMILY_VOCAB = ((r"llama[-_ ]?3(?!\d)", 128256), ("nemotron", 256000), (r"gpt[-_ ]?oss", 201088), ("qwen", 151936),
                 (r"deepseek[-_ ]?(?:v3|r1)", 129280), ("deepseek", 102400), (r"gemma[-_ ]?3", 262208), ("gemma", 256000),
-                ("llama", 32000), ("mixtral", 32000), ("mistral", 32000), ("falcon", 65024), ("bloom", 250880),
+                ("llama", 32000), ("mixtral", 32000),
+                (r"mistral[-_ ]?nemo|ministral|mistral[-_ ]?small[-_ ]?(?:3|24b)|pixtral|magistral|devstral", 131072),
+                (r"mistral[-_ ]?large|codestral|mistral[-_ ]?7b[-_ ]?v0\.3", 32768), ("mistral", 32000), ("falcon", 65024), ("bloom", 250880),
                 (r"\bopt-\d", 50272), ("pythia", 50304), ("neox", 50432), (r"phi[-_ ]?3", 32064), (r"\byi-\d", 64000),
                 ("mpt", 50432), ("gpt", 50257))
 # columns that describe the row, not the run's inputs or outcome
@@ -76,7 +82,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   'None', 'N.A.', 'TBD' in a numeric column: not given; a label or note around the number ('TP=2',
   '2-way', '64 (8 nodes)') is dropped, a degree written as off ('no CP') is 1, num_gpus in nodes is
   nodes x GPUs per node, a global batch in tokens ('4M tokens') is tokens_per_batch, a per-GPU
-  throughput written per node is divided by the node's GPUs, '0.4 PFLOPS' is 400 TFLOP/s; ZeRO text
+  throughput written per node is divided by the node's GPUs, '0.4 PFLOPS' is 400 TFLOP/s, memory
+  in MB, MiB or TB is converted to the column's GB; ZeRO text
   takes the digit after 'ZeRO'/'stage' ('DP=32, ZeRO-1' is 1); dp, where the batch needs it
   and the row has none, is num_gpus / (tp x pp x cp)
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
@@ -152,7 +159,8 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
 - dropout: on for GPT-style Megatron models (Megatron default 0.1), off otherwise
 - tied embeddings: GPT and MPT tied, the others untied
 - vocab_size: the family's tokenizer (Llama-3 128256, Nemotron 256000, gpt-oss 201088, Qwen 151936, DeepSeek-V3
-  129280, DeepSeek-V2 102400, Gemma 256000 (Gemma 3 262208), Llama-2/Mistral 32000, Falcon, BLOOM, OPT, Pythia,
+  129280, DeepSeek-V2 102400, Gemma 256000 (Gemma 3 262208), Llama-2/Mistral 32000 (Mistral NeMo, Small 3,
+  Ministral 131072; Mistral Large 2, Codestral, 7B v0.3 32768), Falcon, BLOOM, OPT, Pythia,
   Phi-3, Yi, MPT 50432, GPT 50257)
 - head_dim: the kv_channels / head_dim its dims_source states, else the preset's (below), else hidden / heads
 - a Hugging Face repo id names its model ('meta-llama/Llama-2-7b-hf', 'Mixtral-8x7B-v0.1'); a MoE
@@ -205,6 +213,9 @@ _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _WRITTEN_NUMBER = re.compile(r"^(?:[a-zA-Z]{1,4}\s*[=:]?\s*(?=\d))?(?:~|\u2248|approx\.?|about|ca\.)?\s*"
                              r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
                              r"(?:([kKmM])(?![a-zA-Z]))?\s*(?:-way\b|[x*](?![a-zA-Z\d]))?\s*([a-zA-Z/%][\w/ .%-]*)?\s*(?:\([^()]*\))?\s*$")
+# a memory cell written in another unit than the column's GB: MB and TB decimal, MiB and TiB
+# against GiB (the prefix's two letters: 'mb', 'mi', 'tb', 'ti'); GB and GiB are taken as written
+MEMORY_UNITS_IN_GB = {"mb": 1e-3, "mi": 1 / 1024, "tb": 1e3, "ti": 1024.0}
 BINARY_MULTIPLES = frozenset({"seq_len", "global_batch_size", "num_gpus", "tokens_per_batch", "vocab_size"})
 
 
@@ -227,6 +238,8 @@ def _number(column: str, value: Any, integer: bool) -> Any:
         number /= 1000  # '850 ms' in the seconds column
     if column == "tflops_per_gpu" and unit.startswith("pflop"):
         number *= 1000  # '0.4 PFLOPS' in the TFLOP/s column
+    if column == "memory_gb" and unit[:2] in MEMORY_UNITS_IN_GB:
+        number *= MEMORY_UNITS_IN_GB[unit[:2]]  # '80000 MB' or '0.08 TB' in the GB column
     if integer:
         if number != int(number):
             raise InputError(column, value, "must be a whole number")

@@ -668,6 +668,8 @@ def test_nic_counts_written_after_the_rate(text, gb_per_s_per_gpu):
     ("tflops_per_gpu", "0.4 PFLOPS", 400.0), ("cp", "off", 1), ("cp", "no CP", 1), ("vpp", "no interleaving", 1),
     ("num_gpus", "8 nodes", 64), ("num_gpus", "4 nodes x 4 GPUs", 16), ("num_gpus", "8 nodes (64 GPUs)", 64),
     ("tokens_per_sec_per_gpu", "29.6K tok/s/node", 3700.0),   # 29,600 / 8 GPUs per node
+    # memory in another unit than the column's GB (was read as 80,000 GB)
+    ("memory_gb", "80000 MB", 80.0), ("memory_gb", "73728 MiB", 72.0), ("memory_gb", "0.08 TB", 80.0), ("memory_gb", "76.5 GiB", 76.5),
 ])
 def test_numbers_with_notes_labels_and_units(column, written, value):
     out, _ = normalize_row({**BASE, column: written})
@@ -791,6 +793,9 @@ def test_gpipe_holds_every_micro_batch():
     ("Gemma-3-27B", 262208), ("Gemma 2 9B", 256000), ("Llama-3.1-Nemotron-70B", 128256), ("Nemotron-4 15B", 256000),
     ("Falcon-40B", 65024), ("BLOOM-176B", 250880), ("OPT-175B", 50272), ("Yi-34B", 64000), ("GPT-NeoX-20B", 50432),
     ("GPT 175B", 50257), ("Optimus 7B", 50257),
+    # Mistral's three tokenizers (HF config.json vocab_size): Tekken, v3, v1
+    ("Mistral-NeMo-12B", 131072), ("Mistral-Small-24B-Base-2501", 131072), ("Ministral-8B", 131072),
+    ("Mistral-Large-2 123B", 32768), ("Mistral-7B-v0.3", 32768), ("Mistral-7B-v0.1", 32000), ("Mistral 7B", 32000),
 ])
 def test_family_vocabulary_beyond_llama(name, vocab):
     """HF config.json vocab_size of each family's checkpoints (rows.py FAMILY_VOCAB); before, every
