@@ -6,7 +6,7 @@ Activations are derived tensor by tensor, so GQA, gated MLPs, MoE, flash attenti
 SP and CP change the constant 34 of s b h (34 + 5 a s / h) the way they change the tensors.
 Legend: T tokens of a micro-batch on this GPU, h hidden, a heads, g KV heads, d head dim,
 F FFN width, t tp, B bytes per activation element, Bi bytes per element of a linear layer's
-saved input (B, or 1 for FP8 on Transformer Engine: gemm_input_bytes).
+saved input (B, or the FP8 / FP4 copy on Transformer Engine: gemm_input_bytes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from autopar.cost.context import Batch, sac_reruns_sdpa
 from autopar.cost.moe import expert_load_factor, routed_tokens
 from autopar.cost.table import NONE, SCHEDULE, has_module, selective_modules
 from autopar.specs.plan import OffloadModule, RecomputeModule, Schedule
-from autopar.specs.training import Precision
 
 
 def kv_heads_per_rank(batch: Batch) -> np.ndarray:
@@ -25,11 +24,22 @@ def kv_heads_per_rank(batch: Batch) -> np.ndarray:
     return np.maximum(batch.model.kv_heads, batch.tab.tp) / batch.tab.tp
 
 
+# Bytes per element of the quantized copy a Transformer Engine linear keeps for its weight
+# gradient (column-wise data only: linear.py discards the row-wise data after the forward GEMM).
+# FP8: one byte (MXFP8 adds an E8M0 scale per 32 elements, 3%, left out). NVFP4, TE's FP4 training
+# recipe: a 4-bit E2M1 value plus one E4M3 scale byte per 16-element block (NVFP4 format, TE
+# NVFP4BlockScaling), 0.5 + 1/16.
+SAVED_QUANTIZED_INPUT_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+
+
 def gemm_input_bytes(batch: Batch) -> float:
-    """Bytes per element a linear layer keeps of its input for the weight gradient: one with FP8
-    GEMMs on a stack that saves the FP8 copy it cast (Transformer Engine), else the activation width."""
-    fp8 = batch.training.precision == Precision.fp8 and batch.stack.fp8_saves_gemm_inputs
-    return 1.0 if fp8 else batch.training.activation_bytes
+    """Bytes per element a linear layer keeps of its input for the weight gradient: the FP8 or FP4
+    copy it cast on a stack that saves that copy (Transformer Engine: SAVED_QUANTIZED_INPUT_BYTES),
+    else the activation width."""
+    dtype = batch.training.precision.gemm_dtype
+    if batch.stack.fp8_saves_gemm_inputs and dtype in SAVED_QUANTIZED_INPUT_BYTES:
+        return SAVED_QUANTIZED_INPUT_BYTES[dtype]
+    return batch.training.activation_bytes
 
 
 def routed_copies(batch: Batch) -> np.ndarray:

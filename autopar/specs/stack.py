@@ -28,8 +28,9 @@ class StackSpec(StrictModel):
         description="fsdp2 | fsdp1 | megatron-fsdp | deepspeed-zero3: the ZeRO-3 implementation (fsdp2: the copy-out and "
                     "copy-in kernels around each collective, memory.fsdp2_*_bytes_per_element)")
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.tensorwise, description="FP8 scaling the stack runs unless the training spec names one")
-    fp8_saves_gemm_inputs: bool = Field(False, description="With FP8 GEMMs, a linear layer keeps its input for the weight "
-                                        "gradient as the 1-byte FP8 copy it cast (Transformer Engine), not in bf16 (torchao)")
+    fp8_saves_gemm_inputs: bool = Field(False, description="With FP8 or FP4 GEMMs, a linear layer keeps its input for the weight "
+                                        "gradient as the quantized copy it cast (Transformer Engine: 1 byte FP8, 0.5625 NVFP4), not in "
+                                        "bf16 (torchao)")
     sequence_dim_copies: bool = Field(False, description="Sequence-parallel collectives on a [batch, seq, hidden] activation "
                                       "gather and scatter along dim 1: PyTorch's functional collectives copy the whole tensor after "
                                       "each AllGather and before each ReduceScatter (Megatron's [seq, batch, hidden] needs none)")

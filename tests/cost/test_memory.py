@@ -168,6 +168,22 @@ def test_fp8_stack_keeps_linear_inputs_in_one_byte(stack, saves_fp8, h100_node, 
     assert saved == pytest.approx(5 * S * B * H if saves_fp8 else 0.0)
 
 
+def test_nvfp4_stack_keeps_linear_inputs_in_nvfp4(params):
+    # Transformer Engine saves the quantized copy for any recipe (linear.py keeps the column-wise
+    # data of inputmat); NVFP4 packs two E2M1 values per byte plus an E4M3 scale per 16 elements:
+    # 0.5 + 1/16 = 0.5625 B. Per s b h as in the FP8 test: QKV input 2 -> 0.5625, MLP input
+    # 2 -> 0.5625, fc2 input 8 -> 2.25, attention output +0.5625: 1.4375 + 1.4375 + 5.75 - 0.5625
+    # = 8.0625 s b h
+    from autopar.specs import load_cluster
+    from autopar.specs.training import Precision, Stack
+    model = GPT.model_copy(update={"dropout": False})
+    node = load_cluster("dgx-b200")
+    def stored(precision):
+        training = TrainingSpec(seq_len=S, global_batch_size=64, flash_attention=True, precision=precision, stack=Stack("megatron"))
+        return layer_activation_bytes(make_batch(model, node, training, [parse_plan("tp=1,mbs=1")], params), 0)[0]
+    assert stored(Precision.bf16) - stored(Precision.fp4) == pytest.approx(8.0625 * S * B * H)
+
+
 def test_zero3_gathers_nothing_for_experts_it_does_not_shard():
     # ZeRO-3 keeps two gathered layers in hand (the one computing and the prefetched next); routed
     # experts whose expert-data-parallel group is one rank (ep = dp = 64) are whole on their rank and
