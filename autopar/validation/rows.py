@@ -83,7 +83,9 @@ DEFAULTS_DOC = """Defaults for fields a row leaves out:
   '2-way', '64 (8 nodes)') is dropped, a degree written as off ('no CP') is 1, num_gpus in nodes is
   nodes x GPUs per node, a global batch in tokens ('4M tokens') is tokens_per_batch, a per-GPU
   throughput written per node is divided by the node's GPUs, '0.4 PFLOPS' is 400 TFLOP/s, memory
-  in MB, MiB or TB is converted to the column's GB; ZeRO text
+  in MB, MiB or TB is converted to the column's GB; a measured value written with its spread
+  ('3,700 ± 50') is its central value, one written as a range ('3700-3800', '3.7k-3.8k tok/s') the
+  range's midpoint (listed under 'resolved'; a degree written as a range is refused); ZeRO text
   takes the digit after 'ZeRO'/'stage' ('DP=32, ZeRO-1' is 1); dp, where the batch needs it
   and the row has none, is num_gpus / (tp x pp x cp)
 - tp or pp left out: model_parallel_size / the other, else num_gpus / (dp x cp x the other)
@@ -247,6 +249,47 @@ def _number(column: str, value: Any, integer: bool) -> Any:
     return number
 
 
+# a measurement written with its spread: '3,700 ± 50', '3700 +/- 2%'; or as a range: '3700-3800',
+# '3.7k–3.8k tok/s', '38 to 40%' (a unit or multiplier written once, after the second number, holds for both)
+_SPREAD = re.compile(r"^(?P<value>.*?\d\s*%?)\s*(?:\u00b1|\+/-|\+-)\s*\d[\d.,]*\s*%?(?P<unit>.*)$")
+_RANGE = re.compile(r"^\s*(?P<low>[~\u2248]?\s*\d[\d.,]*\s*(?:[kKmM](?![a-zA-Z]))?)\s*(?:-|\u2013|\u2014|\bto\b)\s*"
+                    r"(?P<high>[~\u2248]?\s*\d[\d.,]*)(?P<unit>.*)$")
+# columns that hold a measured value, where a spread or a range stands for its central value
+MEASURED_COLUMNS = ("tokens_per_sec_per_gpu", "tokens_per_sec_total", "step_time_s", "samples_per_sec", "tflops_per_gpu",
+                    "mfu", "hfu", "memory_gb", "aggregate_pflops")
+
+
+def _central_values(out: dict[str, Any]) -> dict[str, str]:
+    """A measured cell written with its spread ('3,700 ± 50') is its central value, one written as
+    a range ('3700-3800', '3.7k-3.8k tok/s') the range's midpoint (in place; returns what was read).
+    A range whose ends are not both numbers, or whose low end exceeds its high end, is left to
+    _number, which refuses it naming the column."""
+    derived: dict[str, str] = {}
+    for column in MEASURED_COLUMNS:
+        text = out.get(column)
+        if not isinstance(text, str):
+            continue
+        spread = _SPREAD.match(text)
+        if spread:
+            out[column] = f"{spread.group('value')}{spread.group('unit')}"
+            derived[column] = f"'{text}': its central value"
+            continue
+        span = _RANGE.match(text)
+        if span is None:
+            continue
+        unit = span.group("unit")
+        try:
+            low_text = span.group("low") if re.search(r"[kKmM]\s*$", span.group("low")) else span.group("low") + unit
+            low, high = _number(column, low_text, False), _number(column, span.group("high") + unit, False)
+        except InputError:
+            continue
+        if low is None or high is None or not 0 < low <= high:
+            continue
+        out[column] = (low + high) / 2
+        derived[column] = f"'{text}': the range's midpoint"
+    return derived
+
+
 # a parallel degree written as off ('off', 'no', 'no CP', 'none', 'no interleaving') is 1
 DEGREE_COLUMNS = ("tp", "pp", "cp", "ep", "etp", "vpp")
 _DEGREE_OFF = re.compile(r"^\s*(?:off|no|false|none|disabled|not used|n)\b", re.I)  # 'no CP' too
@@ -296,13 +339,15 @@ def normalize_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     written = {c for c in ("mfu", "hfu") if isinstance(out.get(c), str) and out[c].strip().endswith("%")}
     out.update({c: out[c].strip()[:-1] for c in written})
     derived: dict[str, str] = _cells_with_units(out)
+    derived.update(_central_values(out))
     for column in INTEGER_COLUMNS + FLOAT_COLUMNS:
         if column in out:
             out[column] = _number(column, out[column], column in INTEGER_COLUMNS)
     for column in ("mfu", "hfu"):
         if column in written or (out.get(column) or 0) > 1:
             out[column] = out[column] / 100
-            derived[column] = "percent" if column in written else "percent (above 1)"
+            unit = "percent" if column in written else "percent (above 1)"
+            derived[column] = f"{unit}, {derived[column]}" if column in derived else unit
     zero = out.get("zero_stage")
     if isinstance(zero, str):
         named = re.search(r"(?:zero|stage)[\s_=:-]*([0-3])\b", zero, re.I)  # 'DP=32, ZeRO-1', 'stage=2'

@@ -4,6 +4,7 @@ FSDP columns in all their spellings, layouts the rows describe in words, open ch
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -676,8 +677,26 @@ def test_numbers_with_notes_labels_and_units(column, written, value):
     assert out[column] == (pytest.approx(value) if isinstance(value, float) else value)
 
 
-def test_a_range_is_still_refused():
-    assert predict_row({**BASE, "tokens_per_sec_per_gpu": "3700-3800"}).skipped.startswith("InputError: tokens_per_sec_per_gpu=")
+@pytest.mark.parametrize("column, written, value", [
+    ("tokens_per_sec_per_gpu", "3700-3800", 3750.0), ("tokens_per_sec_per_gpu", "3700\u20133800", 3750.0),
+    ("tokens_per_sec_per_gpu", "3.7k-3.8k tok/s", 3750.0),   # was read as 3.7: the unit swallowed '-3.8k'
+    ("tokens_per_sec_per_gpu", "3.7-3.8K tokens/s", 3750.0),  # the multiplier written once holds for both ends
+    ("tokens_per_sec_per_gpu", "3700 to 3800", 3750.0), ("tokens_per_sec_per_gpu", "3,700 \u00b1 50", 3700.0),
+    ("tokens_per_sec_per_gpu", "3700 +/- 2% tok/s", 3700.0), ("step_time_s", "850-950 ms", 0.9),
+    ("mfu", "38-40%", 0.39), ("mfu", "38% \u00b1 1%", 0.38),
+])
+def test_a_measured_range_is_its_midpoint_and_a_spread_its_central_value(column, written, value):
+    out, derived = normalize_row({**BASE, column: written})
+    assert out[column] == pytest.approx(value)
+    assert re.search(r"the range's midpoint|its central value", derived[column])
+
+
+@pytest.mark.parametrize("column, written", [
+    ("tokens_per_sec_per_gpu", "3800-3700"),   # low end above the high end: not a range
+    ("tokens_per_sec_per_gpu", ">3700"), ("tp", "4-8"),   # a bound; a layout degree is one value
+])
+def test_what_is_not_one_measured_value_is_refused_naming_the_column(column, written):
+    assert predict_row({**BASE, column: written}).skipped.startswith(f"InputError: {column}=")
 
 
 def test_global_batch_written_in_tokens():
