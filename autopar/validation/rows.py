@@ -635,6 +635,8 @@ PRESET_NAMES = (
     (re.compile(r"gpt[-_ ]?oss[-_ ]?120b", re.I), "gpt-oss-120b"),
     (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
     (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
+    (re.compile(r"mistral[-_ ]?nemo", re.I), "mistral-nemo-12b"),  # 'Mistral-Nemo-Base-2407': the only NeMo size (12B)
+    (re.compile(r"mistral[-_ ]?small[-_ ]?(?:3(?:\.[12])?\b|24b)", re.I), "mistral-small-24b"),  # Small 3 / 3.1 / 3.2: 24B (Small 2409 is 22B)
     (re.compile(r"nemotron[-_ ]?h[-_ ]?56b", re.I), "nemotron-h-56b"),
     (re.compile(r"nemotron[-_ ]?h[-_ ]?8b", re.I), "nemotron-h-8b"),
     (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?nano", re.I), "nemotron-3-nano-30b-a3b"),

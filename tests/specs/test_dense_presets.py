@@ -93,8 +93,8 @@ def test_dense_preset_architecture(preset, checks):
         (["Qwen2.5-32B", "Qwen/Qwen2.5-32B-Instruct", "Qwen 2.5 32B"], "qwen2.5-32b"),
         (["Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", "Qwen 2.5 72B"], "qwen2.5-72b"),
         (["Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", "Mistral 7B"], "mistral-7b"),
-        (["Mistral-NeMo-12B", "Mistral Nemo 12B", "mistral-nemo-12b"], "mistral-nemo-12b"),
-        (["Mistral-Small-24B-Base-2501", "mistralai/Mistral-Small-24B-Base-2501", "Mistral Small 24B"], "mistral-small-24b"),
+        (["Mistral-NeMo-12B", "Mistral Nemo 12B", "mistral-nemo-12b", "mistralai/Mistral-Nemo-Base-2407", "Mistral NeMo"], "mistral-nemo-12b"),
+        (["Mistral-Small-24B-Base-2501", "mistralai/Mistral-Small-24B-Base-2501", "Mistral Small 24B", "Mistral Small 3.1"], "mistral-small-24b"),
         (["Qwen3-8B", "Qwen/Qwen3-8B-Base", "Qwen3 8B"], "qwen3-8b"),
         (["Qwen3-14B", "Qwen/Qwen3-14B", "Qwen3 14B"], "qwen3-14b"),
         (["Qwen3-32B", "Qwen/Qwen3-32B", "Qwen3 32B"], "qwen3-32b"),
@@ -113,4 +113,5 @@ def test_new_presets_leave_other_names_alone():
     assert preset_key_for_name("Qwen3-30B") == "qwen3-30b-a3b"
     assert preset_key_for_name("Mixtral-8x7B") == "mixtral-8x7b"
     assert preset_key_for_name("Qwen2-72B") is None
+    assert preset_key_for_name("Mistral Small 2409") is None  # 22B, another model than Small 3's 24B
     assert preset_key_for_name("Llama 2 34B (CodeLlama-34B dims)") is None
