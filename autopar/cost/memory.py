@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost.context import Batch, sac_reruns_sdpa
+from autopar.cost.gemm import INPUT_BYTES
 from autopar.cost.moe import expert_load_factor, routed_tokens
 from autopar.cost.table import NONE, SCHEDULE, has_module, selective_modules
 from autopar.specs.plan import OffloadModule, RecomputeModule, Schedule
@@ -24,21 +25,21 @@ def kv_heads_per_rank(batch: Batch) -> np.ndarray:
     return np.maximum(batch.model.kv_heads, batch.tab.tp) / batch.tab.tp
 
 
-# Bytes per element of the quantized copy a Transformer Engine linear keeps for its weight
-# gradient (column-wise data only: linear.py discards the row-wise data after the forward GEMM).
-# FP8: one byte (MXFP8 adds an E8M0 scale per 32 elements, 3%, left out). NVFP4, TE's FP4 training
-# recipe: a 4-bit E2M1 value plus one E4M3 scale byte per 16-element block (NVFP4 format, TE
-# NVFP4BlockScaling), 0.5 + 1/16.
-SAVED_QUANTIZED_INPUT_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+# Block-scale bytes per element of the quantized copy a Transformer Engine linear keeps for its
+# weight gradient (column-wise data only: linear.py discards the row-wise data after the forward
+# GEMM), on top of the value's own width (gemm.INPUT_BYTES). FP8: none counted (MXFP8's E8M0 scale
+# per 32 elements, 3%, left out). NVFP4, TE's FP4 training recipe: one E4M3 scale byte per
+# 16-element block (NVFP4 format, TE NVFP4BlockScaling): 0.5 + 1/16 bytes in all.
+SAVED_INPUT_SCALE_BYTES = {"fp8": 0.0, "fp4": 1.0 / 16}
 
 
 def gemm_input_bytes(batch: Batch) -> float:
     """Bytes per element a linear layer keeps of its input for the weight gradient: the FP8 or FP4
-    copy it cast on a stack that saves that copy (Transformer Engine: SAVED_QUANTIZED_INPUT_BYTES),
-    else the activation width."""
+    copy it cast, with its block scales, on a stack that saves that copy (Transformer Engine), else
+    the activation width."""
     dtype = batch.training.precision.gemm_dtype
-    if batch.stack.fp8_saves_gemm_inputs and dtype in SAVED_QUANTIZED_INPUT_BYTES:
-        return SAVED_QUANTIZED_INPUT_BYTES[dtype]
+    if batch.stack.fp8_saves_gemm_inputs and dtype in SAVED_INPUT_SCALE_BYTES:
+        return INPUT_BYTES[dtype] + SAVED_INPUT_SCALE_BYTES[dtype]
     return batch.training.activation_bytes
 
 

@@ -29,6 +29,10 @@ PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_current_scaling"
 GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?oss|kimi|\byi\b|internlm|baichuan|dbrx|grok|"
                          r"phi-?3|granite|stablelm|vicuna|arctic|command[- ]?r|\bglm|chatglm|\bpalm\b|hunyuan|minimax|skywork|"
                          r"xverse|aquila|smollm", re.I)
+# Mistral NeMo (12B, the only size) and Mistral Small 3 / 3.1 / 3.2 (24B; Small 2409 is a 22B
+# model with the v3 tokenizer): their vocabulary (FAMILY_VOCAB) and their presets (PRESET_NAMES)
+MISTRAL_NEMO = r"mistral[-_ ]?nemo"
+MISTRAL_SMALL_3 = r"mistral[-_ ]?small[-_ ]?(?:3(?:\.[12])?\b|24b)"
 # tokenizer size of a model family, for rows that leave vocab_size out
 # (a pattern searched in the lowercase name, in order; 'llama3' not followed by a digit: Llama 3.x, not
 # CodeLlama-34B or LLaMA-33B)
@@ -44,7 +48,7 @@ GATED_NAMES = re.compile(r"llama|mistral|mixtral|qwen|deepseek|gemma|olmo|gpt-?o
 FAMILY_VOCAB = ((r"llama[-_ ]?3(?!\d)", 128256), ("nemotron", 256000), (r"gpt[-_ ]?oss", 201088), ("qwen", 151936),
                 (r"deepseek[-_ ]?(?:v3|r1)", 129280), ("deepseek", 102400), (r"gemma[-_ ]?3", 262208), ("gemma", 256000),
                 ("llama", 32000), ("mixtral", 32000),
-                (r"mistral[-_ ]?nemo|ministral|mistral[-_ ]?small[-_ ]?(?:3|24b)|pixtral|magistral|devstral", 131072),
+                (rf"{MISTRAL_NEMO}|ministral|{MISTRAL_SMALL_3}|pixtral|magistral|devstral", 131072),
                 (r"mistral[-_ ]?large|codestral|mistral[-_ ]?7b[-_ ]?v0\.3", 32768), ("mistral", 32000), ("falcon", 65024), ("bloom", 250880),
                 (r"\bopt-\d", 50272), ("pythia", 50304), ("neox", 50432), (r"phi[-_ ]?3", 32064), (r"\byi-\d", 64000),
                 ("mpt", 50432), ("gpt", 50257))
@@ -635,8 +639,8 @@ PRESET_NAMES = (
     (re.compile(r"gpt[-_ ]?oss[-_ ]?120b", re.I), "gpt-oss-120b"),
     (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
     (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
-    (re.compile(r"mistral[-_ ]?nemo", re.I), "mistral-nemo-12b"),  # 'Mistral-Nemo-Base-2407': the only NeMo size (12B)
-    (re.compile(r"mistral[-_ ]?small[-_ ]?(?:3(?:\.[12])?\b|24b)", re.I), "mistral-small-24b"),  # Small 3 / 3.1 / 3.2: 24B (Small 2409 is 22B)
+    (re.compile(MISTRAL_NEMO, re.I), "mistral-nemo-12b"),  # also the hub's 'Mistral-Nemo-Base-2407'
+    (re.compile(MISTRAL_SMALL_3, re.I), "mistral-small-24b"),
     (re.compile(r"nemotron[-_ ]?h[-_ ]?56b", re.I), "nemotron-h-56b"),
     (re.compile(r"nemotron[-_ ]?h[-_ ]?8b", re.I), "nemotron-h-8b"),
     (re.compile(r"nemotron[-_ ]?(?:3|v3)[-_ ]?nano", re.I), "nemotron-3-nano-30b-a3b"),
