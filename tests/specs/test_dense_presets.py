@@ -34,6 +34,10 @@ COUNTS = [
     # Mistral-7B-v0.1 (Jiang et al. 2023, "Mistral 7B"; announcement: 7.3B; hub 7.24B).
     # 32 x (41,943,040 + 3 x 4096 x 14336 + 8192) + 2 x 32000 x 4096 + 4096
     ("mistral-7b", 7_241_732_096, 7.24, 0.01),
+    # Mistral-7B-v0.2: v0.1's weights shapes (the card changes context, rope_theta and the window
+    # only); v0.3 adds 768 tokens to the 32,000 vocabulary: + 2 x 768 x 4096 = 7,248,023,552 (card 7.25B)
+    ("mistral-7b-v0.2", 7_241_732_096, 7.24, 0.01),
+    ("mistral-7b-v0.3", 7_248_023_552, 7.25, 0.01),
     # Mistral-NeMo-Base-2407 card: 12B. head_dim 128: attention 2 x 5120 x 4096 + 2 x 5120 x 1024.
     # 40 x (52,428,800 + 3 x 5120 x 14336 + 10240) + 2 x 131072 x 5120 + 5120
     ("mistral-nemo-12b", 12_247_782_400, 12.25, 0.05),
@@ -72,6 +76,9 @@ def test_dense_preset_parameter_count(preset, exact, billions, tol):
         ("qwen2.5-72b", dict(qkv_bias=True, qk_layernorm=False, tied_embeddings=False, norm_eps=1e-5)),
         ("qwen3-14b", dict(qkv_bias=False, qk_layernorm=True, head_dim=128)),
         ("mistral-7b", dict(attention_window=4096, global_attention_layers=())),  # v0.1: every layer slides
+        # v0.2 card: "Rope-theta = 1e6, No Sliding-Window Attention"; v0.3 card: "Extended vocabulary to 32768"
+        ("mistral-7b-v0.2", dict(attention_window=None, rope_theta=1e6, vocab_size=32000, max_position_embeddings=32768)),
+        ("mistral-7b-v0.3", dict(attention_window=None, rope_theta=1e6, vocab_size=32768)),
         ("mistral-nemo-12b", dict(head_dim=128, attention_window=None)),
         ("mistral-small-24b", dict(head_dim=128, rope_theta=1e8)),
         ("llama3-1b", dict(tied_embeddings=True, head_dim=64)),
@@ -93,6 +100,8 @@ def test_dense_preset_architecture(preset, checks):
         (["Qwen2.5-32B", "Qwen/Qwen2.5-32B-Instruct", "Qwen 2.5 32B"], "qwen2.5-32b"),
         (["Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", "Qwen 2.5 72B"], "qwen2.5-72b"),
         (["Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", "Mistral 7B"], "mistral-7b"),
+        (["Mistral-7B-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", "Mistral 7B Instruct v0.2", "mistral-7b-v0.2"], "mistral-7b-v0.2"),
+        (["Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3", "Mistral 7B v0.3", "mistral_7b_base_v0.3"], "mistral-7b-v0.3"),
         (["Mistral-NeMo-12B", "Mistral Nemo 12B", "mistral-nemo-12b", "mistralai/Mistral-Nemo-Base-2407", "Mistral NeMo"], "mistral-nemo-12b"),
         (["Mistral-Small-24B-Base-2501", "mistralai/Mistral-Small-24B-Base-2501", "Mistral Small 24B", "Mistral Small 3.1"], "mistral-small-24b"),
         (["Qwen3-8B", "Qwen/Qwen3-8B-Base", "Qwen3 8B"], "qwen3-8b"),
