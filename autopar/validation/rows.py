@@ -640,8 +640,7 @@ PRESET_NAMES = (
     (re.compile(r"gpt[-_ ]?oss[-_ ]?20b", re.I), "gpt-oss-20b"),
     (re.compile(r"kimi[-_ ]?k2", re.I), "kimi-k2"),
     # Mistral 7B v0.2 / v0.3 (any Instruct or Base spelling): the v0.1 dims without its sliding window
-    (re.compile(r"mistral[-_ ]?7b(?:[-_ ]?(?:instruct|base))?[-_ ]?v0\.2\b", re.I), "mistral-7b-v0.2"),
-    (re.compile(r"mistral[-_ ]?7b(?:[-_ ]?(?:instruct|base))?[-_ ]?v0\.3\b", re.I), "mistral-7b-v0.3"),
+    *((re.compile(rf"mistral[-_ ]?7b(?:[-_ ]?(?:instruct|base))?[-_ ]?v0\.{v}\b", re.I), f"mistral-7b-v0.{v}") for v in (2, 3)),
     (re.compile(MISTRAL_NEMO, re.I), "mistral-nemo-12b"),  # also the hub's 'Mistral-Nemo-Base-2407'
     (re.compile(MISTRAL_SMALL_3, re.I), "mistral-small-24b"),
     (re.compile(r"nemotron[-_ ]?h[-_ ]?56b", re.I), "nemotron-h-56b"),
