@@ -23,8 +23,8 @@ def test_holdout_rows_are_new_and_sourced():
     rows = load_rows(HOLDOUT)
     # 16 fms-fsdp README, 3 DeepSpeed Azure blog, 36 Megatron-Bridge MoE rows and 76 dense LLaMA rows of
     # the same pages (every pre-training row with a Precision column, 25.11-26.06: H100 10, B200 4,
-    # GB200 31, GB300 31)
-    assert len(rows) == 131
+    # GB200 31, GB300 31), and the 17 'With CP' rows of NeMo's long-sequence page (H100 9, B200 8)
+    assert len(rows) == 148
     dev_ids = {r["id"] for f in ("dev", "moe", "fsdp") for r in load_rows(DATA / f"{f}_runs.json")}
     assert len({r["id"] for r in rows}) == len(rows) and not dev_ids & {r["id"] for r in rows}
     assert all(r["source"] and r["source_location"] and r["table_or_section"] for r in rows)
