@@ -82,10 +82,13 @@ def test_shipped_families_carry_the_holdout():
     table = json.loads(trust.FAMILIES_FILE.read_text())
     assert table["source"].endswith("(held out: holdout_runs)")
     held = {f: v["holdout"]["num_rows"] for f, v in table["families"].items() if "holdout" in v}
-    # 131 rows less the two ZeRO-Offload rows reported as not modelled; the MXFP8 MoE rows on Blackwell,
+    # 148 rows less the two ZeRO-Offload rows reported as not modelled; the MXFP8 MoE rows on Blackwell,
     # counted by hand in the Megatron-Bridge tables: 26.08 all 12, 26.06 7 (its 2 H100 rows are FP8
     # on Hopper), 26.02.01 3 (B200 DeepSeek-V3, B200 Qwen3-30B, B300 Qwen3-235B), 25.11 1 (B200 FP8-MX)
-    assert sum(held.values()) == 129 and held["moe/megatron-style/fp8/blackwell"] == 23
+    assert sum(held.values()) == 146 and held["moe/megatron-style/fp8/blackwell"] == 23
+    # the long-sequence page's FP8 rows: DGX-H100 LLAMA2-7B 4K-1M (9) join the 9 Megatron-Bridge
+    # FP8 H100 dense rows; DGX-B200 LLAMA3-8B 8K-1M (8) join the 38 on Blackwell
+    assert held["dense/megatron-style/fp8/hopper"] == 18 and held["dense/megatron-style/fp8/blackwell"] == 46
     # the dense NVFP4 rows: GB200 and GB300 in each of 26.02, 26.02.01, 26.04, 26.04.01 (LLaMA-3 70B and
     # LLaMA-3.1 405B: 16) and 26.06 (405B only: 2)
     assert held["dense/megatron-style/fp4/blackwell"] == 18
