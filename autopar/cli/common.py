@@ -173,6 +173,7 @@ def model_cluster_options(f: Callable) -> Callable:
 
 STACKS = ("megatron", "torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry", "deepspeed")
 MOE_ROUTINGS = ("learned", "balanced", "contiguous")  # autopar.specs.training.MoeRouting
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn", "triton")  # autopar.specs.training.AttentionKernel
 
 
 def training_options(f: Callable) -> Callable:
@@ -183,6 +184,10 @@ def training_options(f: Callable) -> Callable:
     f = click.option("--stack", type=click.Choice(STACKS), default=None,
                      help="Training software whose kernels, fusion and overlap are costed (profiles/stacks/). "
                           "Default: the --framework's own stack, else megatron")(f)
+    f = click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=None,
+                     help="Fused attention kernel the run uses (profiles/cost/defaults.yaml attention.kernels): fa2, fa3, "
+                          "cudnn or triton. Default: the stack's for the GPU (profiles/stacks/); fa2 for Megatron/NeMo with "
+                          "NVTE_FUSED_ATTN=0")(f)
     f = click.option("--fp8-recipe", type=click.Choice(["tensorwise", "rowwise"]), default=None,
                      help="FP8 scaling with --precision fp8: tensorwise (Transformer Engine) or rowwise (torchao). "
                           "Default: the stack's (rowwise for torchtitan, tensorwise otherwise)")(f)
@@ -280,6 +285,8 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
         note(f"seq-len {seq_len} exceeds {model.name}'s max_position_embeddings {model.max_position_embeddings} (a context-extension run)")
     if fp8_recipe is not None and precision != "fp8":
         raise InputError("fp8-recipe", fp8_recipe, f"scales FP8 GEMMs; give --precision fp8 (is {precision})")
+    if extra.get("attention_kernel") is not None and extra.get("flash_attention") is False:
+        raise InputError("attention-kernel", extra["attention_kernel"], "names a fused kernel; --no-flash runs unfused attention")
     if extra.get("fp8_param_gather") and precision != "fp8":
         raise InputError("fp8-param-gather", True, f"gathers FP8 weights; give --precision fp8 (is {precision})")
     runs = {"torchtitan": "rowwise", "megatron": "tensorwise", "megatron-bridge": "tensorwise"}.get(framework or "")

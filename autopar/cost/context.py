@@ -81,7 +81,14 @@ class Batch:
         first on Blackwell)."""
         tr = self.training
         return (self.stack.selective_recompute == "per_op" and tr.flash_attention and not tr.sac_saves_cudnn_attention
-                and self.stack.kernel(self.cluster.gpu.architecture) == "cudnn")
+                and self.attention_kernel == "cudnn")
+
+    @cached_property
+    def attention_kernel(self) -> str:
+        """The fused attention kernel that runs: the training's stated one (TrainingSpec.attention_kernel),
+        else the stack's for this GPU's architecture."""
+        stated = self.training.attention_kernel
+        return stated.value if stated is not None else self.stack.kernel(self.cluster.gpu.architecture)
 
     @property
     def wgrad(self) -> float:

@@ -403,7 +403,7 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
     rank's 2c keys. A sliding-window layer's calls stream at most the window."""
     m, t, tr = batch.model, batch.tab, batch.training
     arch = batch.cluster.gpu.architecture
-    kernel = batch.stack.kernel(arch)
+    kernel = batch.attention_kernel
     e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch)
     attention, head_dim = batch.params.attention, m.attention_head_dim
     peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)

@@ -52,6 +52,19 @@ class MoeRouting(str, Enum):
     (NeMo AutoModel FakeBalancedGate, the fake_balanced_gate of its benchmark recipes)."""
 
 
+class AttentionKernel(str, Enum):
+    """A fused attention kernel with measured efficiencies (profiles/cost/defaults.yaml attention.kernels)."""
+
+    fa2 = "fa2"
+    """FlashAttention-2 (also PyTorch SDPA's flash backend; Transformer Engine's flash-attn backend)."""
+    fa3 = "fa3"
+    """FlashAttention-3 (Hopper)."""
+    cudnn = "cudnn"
+    """cuDNN fused attention (Transformer Engine's FusedAttention; PyTorch SDPA's cuDNN backend)."""
+    triton = "triton"
+    """FlashAttention in Triton (llm-foundry's 2023 attn_impl triton)."""
+
+
 class Stack(str, Enum):
     """Training software stack (profiles/stacks/<name>.yaml lists the mechanisms it switches)."""
 
@@ -120,6 +133,11 @@ class TrainingSpec(StrictModel):
     stack: Stack = Field(Stack.megatron, description="Training software: switches named mechanisms (kernels, fusion, overlap), "
                          "profiles/stacks/<stack>.yaml")
     flash_attention: bool = Field(True, description="Fused (flash) attention kernels: no stored score matrix, causal work halved")
+    attention_kernel: AttentionKernel | None = Field(
+        None,
+        description="The fused attention kernel the run uses (profiles/cost/defaults.yaml attention.kernels); null = the "
+        "stack's for the GPU (profiles/stacks/<stack>.yaml attention_kernel). Transformer Engine with NVTE_FUSED_ATTN=0 "
+        "runs fa2 on Hopper, as NeMo Framework Launcher's config.yaml set it from 24.01 to 24.07")
     sac_saves_cudnn_attention: bool = Field(
         True,
         description="torchtitan per-op SAC keeps the cuDNN attention kernel's output, as its save list does since "

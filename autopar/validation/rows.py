@@ -16,7 +16,7 @@ from autopar.specs._files import preset_files
 from autopar.specs.hardware import GpuSpec, IntraNode
 from autopar.specs.layout import megatron_layout
 from autopar.specs.plan import CpAlgo, Dispatcher, OffloadModule, Plan, Recompute, RecomputeModule, Schedule, module_names
-from autopar.specs.training import Fp8Recipe, MoeRouting, Stack
+from autopar.specs.training import AttentionKernel, Fp8Recipe, MoeRouting, Stack
 from autopar.validation.network import MAX_NIC_NODE_GPUS, stated_network
 
 # GPU of a row -> cluster preset whose node and fabric it ran on (resized to the row's GPUs)
@@ -809,6 +809,12 @@ SAC_SAVES_CUDNN_SINCE = (2025, 12)
 # MXFP8 / 2.18 BF16; Megatron-Core 2a75ac12c5 'Complete clamped SwiGLU across expert paths', 2026-08-13;
 # the Megatron-Bridge 26.08 perf recipes): earlier containers clamp in eager kernels
 FUSED_CLAMPED_GLU_SINCE = (2026, 8)
+# NeMo Framework Launcher's launcher_scripts/conf/config.yaml sets env_vars NVTE_FUSED_ATTN: 0 ('Disable
+# cudnn FA until we've tested it more', 562dcb45, 2024-02-13) in its 24.01 to 24.07 tags, so Transformer
+# Engine runs the flash-attn backend (FlashAttention-2) instead of cuDNN's fused attention; 04b8d098
+# ('enable fused attention', 2024-08-29) drops it for 24.09. NeMo's performance pages of those containers
+# (24.03.01 long-sequence, 24.07 summary) are launcher runs
+NEMO_LAUNCHER_FA2 = ((2024, 1), (2024, 7))
 
 
 def software_date(row: dict[str, Any]) -> tuple[int, int] | None:
@@ -888,6 +894,9 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     date = software_date(row)
     if fields["stack"] in (Stack.torchtitan, Stack.torchtitan_compile) and date is not None and date < SAC_SAVES_CUDNN_SINCE:
         fields["sac_saves_cudnn_attention"] = False
+    if fields["stack"] == Stack.megatron and "nemo" in _text(row, "software") and date is not None \
+            and NEMO_LAUNCHER_FA2[0] <= date <= NEMO_LAUNCHER_FA2[1]:
+        fields["attention_kernel"] = AttentionKernel.fa2
     if fields["stack"] == Stack.megatron and date is not None and date < FUSED_CLAMPED_GLU_SINCE:
         fields["fused_clamped_glu"] = False  # only a model with a clamped GLU (gpt-oss) pays for it
     return TrainingSpec.model_validate(fields)
