@@ -34,7 +34,8 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom
         click.echo(dump_json(result.model_dump(mode="json")), nl=False)
     else:
         click.echo(estimate_table(result, f"{model.name} on {cluster.name} ({cluster.num_gpus} x {cluster.gpu.name}), seq {training.seq_len}, "
-                                          f"batch {training.global_batch_size} x {training.seq_len} tokens, {training.precision_label}, {training.stack.value}"))
+                                          f"batch {training.global_batch_size} x {training.seq_len} tokens, {training.precision_label}, {training.stack.value}"
+                                          + (f", attention {training.attention_kernel.value}" if training.attention_kernel else "")))
 
 
 def allow_tp_span(result, plan, cluster, allowed: bool):

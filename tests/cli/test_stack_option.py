@@ -72,3 +72,22 @@ def test_fp8_recipe_follows_the_stack_and_is_checked_against_the_launcher():
     assert r.exit_code == 1 and "megatron launcher runs tensorwise" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, EST[:-1] + ["--fp8-recipe", "rowwise"])
     assert r.exit_code == 1 and "give --precision fp8" in r.output
+
+
+def test_attention_kernel_option_costs_the_named_kernel_on_the_same_stack():
+    # Megatron with NVTE_FUSED_ATTN=0 (NeMo Framework Launcher 24.01-24.07) runs FlashAttention-2:
+    # the attention costs what torchtitan's FA2 does above (ratio 11.599 / 7.279 = 1.593 to cuDNN),
+    # everything else stays Megatron's (fused element-wise kernels, the same GEMMs)
+    mega, fa2 = _estimate(), _estimate("--attention-kernel", "fa2")
+    ratio = fa2["time_breakdown"]["compute_attention"] / mega["time_breakdown"]["compute_attention"]
+    assert ratio == pytest.approx(11.599 / 7.279, rel=2e-3)
+    assert fa2["time_breakdown"]["compute_gemm"] == mega["time_breakdown"]["compute_gemm"]
+    assert fa2["time_breakdown"]["compute_elementwise"] == mega["time_breakdown"]["compute_elementwise"]
+    text = CliRunner().invoke(main, EST[:-1] + ["--attention-kernel", "fa2"])
+    assert text.exit_code == 0 and ", megatron, attention fa2\n" in text.output
+
+
+def test_attention_kernel_with_no_flash_is_one_line():
+    r = CliRunner().invoke(main, EST + ["--no-flash", "--attention-kernel", "cudnn"])
+    assert r.exit_code == 1
+    assert r.output == "Error: attention-kernel='cudnn': names a fused kernel; --no-flash runs unfused attention\n"
