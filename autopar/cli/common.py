@@ -297,6 +297,22 @@ def resolve_training(model: ModelSpec, seq_len: int | None, global_batch: int | 
                         stack=Stack(resolve_stack(stack, framework)), fp8_recipe=fp8_recipe, **extra)
 
 
+def check_attention_kernel(training: TrainingSpec, cluster: ClusterSpec) -> None:
+    """A stated --attention-kernel must have measured efficiencies for the cluster's GPU
+    architecture (FlashAttention-3 is Hopper-only; Triton FlashAttention has Ampere and Hopper
+    figures), rather than being costed silently as another kernel."""
+    from autopar.specs.costparams import params_for_cluster
+
+    kernel = training.attention_kernel
+    if kernel is None:
+        return
+    measured = params_for_cluster(cluster).attention.kernels.get(kernel.value, {})
+    arch = cluster.gpu.architecture
+    if arch not in measured:
+        raise InputError("attention-kernel", kernel.value, f"has no measured efficiency on {cluster.gpu.name} ({arch}); "
+                         f"profiles/cost/defaults.yaml attention.kernels has it for {', '.join(sorted(measured)) or 'no GPU'}")
+
+
 def check_stage_layout(plan, model):
     """A plan's explicit first/last stage layers (and a dense model's etp) checked against the
     model before costing, so the error names the field written rather than a rule that depends on

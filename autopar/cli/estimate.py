@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from autopar.cli import main
-from autopar.cli.common import (checked_plan, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
+from autopar.cli.common import (check_attention_kernel, checked_plan, dump_json, flush_notes, model_cluster_options, note, resolve_inputs, resolve_training,
                                 training_options)
 
 
@@ -27,6 +27,7 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing,
                                 fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel)
+    check_attention_kernel(training, cluster)
     plan = checked_plan(plan_text, model, training, cluster.num_gpus)
     result = allow_tp_span(cost_estimate(model, cluster, training, plan, params_for_cluster(cluster)), plan, cluster, allow_tp_across_nodes)
     flush_notes()

@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from autopar.cli import main
-from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, checked_plan, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
+from autopar.cli.common import (FRAMEWORKS, OBJECTIVES, check_attention_kernel, checked_plan, dump_json, flush_notes, model_cluster_options, parse_count, resolve_inputs,
                                 resolve_training, training_options, write_atomic)
 from autopar.errors import InputError
 from autopar.fix import parse_fix
@@ -214,6 +214,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, 
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, framework, fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing, max_batch_tokens=critical,
                                 fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel)
+    check_attention_kernel(training, cluster)
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,
                          f"{training.tokens_per_step:,} tokens per step exceed --max-gbs-tokens {critical:,} (critical batch size)")

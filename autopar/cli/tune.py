@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from autopar.cli import main
-from autopar.cli.common import FRAMEWORKS, flush_notes, model_cluster_options, resolve_inputs, resolve_training, training_options, write_atomic
+from autopar.cli.common import FRAMEWORKS, check_attention_kernel, flush_notes, model_cluster_options, resolve_inputs, resolve_training, training_options, write_atomic
 from autopar.errors import InputError
 
 
@@ -108,6 +108,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, memory_head
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, emit_format, fp8_recipe,
                                 moe_routing=moe_routing, fp8_param_gather=fp8_param_gather,
                                 attention_kernel=attention_kernel)
+    check_attention_kernel(training, cluster)
     name = study_name if study_name is not None else re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")
     out = Path(out_dir)
     options = TuneRequest(model, cluster, training, [], trial_cmd, num_trials, out, storage, name, seed, timeout_seconds, params)

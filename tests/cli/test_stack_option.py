@@ -91,3 +91,13 @@ def test_attention_kernel_with_no_flash_is_one_line():
     r = CliRunner().invoke(main, EST + ["--no-flash", "--attention-kernel", "cudnn"])
     assert r.exit_code == 1
     assert r.output == "Error: attention-kernel='cudnn': names a fused kernel; --no-flash runs unfused attention\n"
+
+
+def test_attention_kernel_without_figures_for_the_gpu_is_one_line():
+    # FlashAttention-3 is a Hopper kernel (profiles/cost/defaults.yaml attention.kernels.fa3: hopper only);
+    # on an A100 it is refused, not costed silently as FlashAttention-2
+    a100 = [a if a != "dgx-h100" else "dgx-a100" for a in EST]
+    r = CliRunner().invoke(main, a100 + ["--attention-kernel", "fa3"])
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: attention-kernel='fa3': has no measured efficiency on A100") and "for hopper\n" in r.output
+    assert _estimate("--attention-kernel", "fa3")["time_breakdown"]["compute_attention"] > 0  # on the H100 it runs
