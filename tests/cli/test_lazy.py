@@ -51,6 +51,10 @@ def test_spelled_choices_match_the_enums():
     from autopar.specs.training import MoeRouting
 
     assert MOE_ROUTINGS == tuple(r.value for r in MoeRouting)
+    from autopar.cli.common import ATTENTION_KERNELS
+    from autopar.specs.training import AttentionKernel
+
+    assert ATTENTION_KERNELS == tuple(k.value for k in AttentionKernel)
     assert OBJECTIVES == tuple(o.value for o in Objective)
     from solvers.plan_choice import OBJECTIVES as PLAN_CHOICE_OBJECTIVES
 

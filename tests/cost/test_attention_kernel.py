@@ -57,3 +57,9 @@ def test_nemo_launcher_containers_from_24_01_to_24_07_run_flash_attention_2(vers
     assert row_inputs(row).training.attention_kernel == kernel
     # Megatron-LM itself never set the variable: its rows keep the stack's kernel
     assert row_inputs({**row, "software": "Megatron-LM"}).training.attention_kernel is None
+
+
+def test_the_kernels_a_run_can_state_are_the_ones_with_measured_figures():
+    # AttentionKernel spells profiles/cost/defaults.yaml attention.kernels: a kernel added to one and not
+    # the other would be refused by the CLI (no figures) or unreachable from it
+    assert {k.value for k in AttentionKernel} == set(load_cost_params().attention.kernels)
