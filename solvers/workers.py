@@ -106,8 +106,21 @@ def run_in_workers(fn: Callable[..., Any], calls: Sequence[tuple], workers: int,
         _kill_workers(pool)
         raise
     finally:
+        manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() drops the reference
         pool.shutdown(wait=False, cancel_futures=True)
+        _join_manager(manager)
     return results
+
+
+def _join_manager(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:
+    """Wait (bounded) for a pool's manager thread, so that it has closed its wakeup pipe before
+    the interpreter exits. CPython 3.11's exit hook (concurrent/futures/process.py _python_exit)
+    writes to that pipe without the shutdown lock -- its own comment says so -- and when the
+    manager thread closes the pipe in between, the exit prints an `OSError: [Errno 9] Bad file
+    descriptor` traceback after our one Error line (seen in CI after a Ctrl-C of a sweep). With
+    the workers finished or killed, the thread ends in milliseconds."""
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=timeout_s)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:

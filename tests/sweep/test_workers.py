@@ -67,3 +67,26 @@ def test_a_dead_worker_raises_worker_died_after_the_results_that_came_back(tmp_p
     assert done == {i: (i + 1) ** 2 for i in done}
     assert isinstance(err.value, AutoparError) and isinstance(err.value, BrokenProcessPool)  # one line from the CLI; still a broken pool
     assert str(err.value) == f"workers=2: a worker process died (killed or out of memory); {len(lost)} of 6 tasks got no result"
+
+
+def _manager_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_no_pool_manager_thread_outlives_the_call(tmp_path, interrupt):
+    """The pool's manager thread has ended (and so closed its wakeup pipe) when run_in_workers
+    returns or raises -- else CPython 3.11's exit hook may write to that pipe as the thread closes
+    it and print an EBADF traceback after the CLI's one Error line (CI, stop 75, a Ctrl-C'd sweep).
+    `interrupt`: a Ctrl-C in the parent after the first result (on_done raises KeyboardInterrupt)."""
+    def on_done(i: int, result: int) -> None:
+        if interrupt:
+            raise KeyboardInterrupt
+
+    calls = [(x, str(tmp_path / "never")) for x in (1, 2, 4, 5)]  # x != 3: no worker dies
+    if interrupt:
+        with pytest.raises(KeyboardInterrupt):
+            run_in_workers(dying_worker.square, calls, 2, on_done)
+    else:
+        assert run_in_workers(dying_worker.square, calls, 2, on_done) == [1, 4, 16, 25]
+    assert _manager_threads() == []
