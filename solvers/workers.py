@@ -119,7 +119,7 @@ def _join_manager(thread: threading.Thread | None, timeout_s: float = 5.0) -> No
     manager thread closes the pipe in between, the exit prints an `OSError: [Errno 9] Bad file
     descriptor` traceback after our one Error line (seen in CI after a Ctrl-C of a sweep). With
     the workers finished or killed, the thread ends in milliseconds."""
-    if thread is not None and thread is not threading.current_thread():
+    if thread is not None:
         thread.join(timeout=timeout_s)
 
 
