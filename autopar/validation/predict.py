@@ -17,7 +17,7 @@ from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import GpuSpec
-from autopar.specs.plan import Recompute
+from autopar.specs.plan import Recompute, RecomputeModule
 from autopar.specs.training import Stack
 from autopar.specs.trust import family_of
 from autopar.validation.rows import RowInputs, frozen_weights, normalize_row, plan_of, row_inputs
@@ -138,6 +138,13 @@ def family(inputs: RowInputs, zero: int) -> str:
     return family_of(inputs.model.is_moe, zero, inputs.training.precision.value, inputs.cluster.gpu.architecture)
 
 
+def _spelled(value: Any) -> str:
+    """A resolved choice as the report prints it: an enum by its value, modules joined by '+'."""
+    if isinstance(value, tuple):
+        return "+".join(_spelled(v) for v in value)
+    return value.value if hasattr(value, "value") else str(value)
+
+
 def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]]:
     """Plan fields for every value of the open choices, with what each resolved."""
     options: list[list[tuple[str, Any]]] = []
@@ -158,6 +165,18 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         # may have recomputed just enough layers to fit; with interleaving the count is per model
         # chunk (block method: the first N layers of each of the vpp chunks), so a stage
         # recomputes a multiple of vpp (autopar/emit/megatron.py refuses the others)
+        # Megatron-Core's output-discarding checkpoints (--recompute-modules layernorm / moe_act /
+        # mla_up_proj: CheckpointWithoutOutput in megatron/core/transformer/transformer_layer.py,
+        # moe/experts.py, multi_latent_attention.py): the cheapest way to fit when a layout is just
+        # over memory, since each reruns only a norm, an activation or an up-projection
+        if inputs.training.stack == Stack.megatron and not inputs.plan_fields.get("recompute_modules"):
+            cheap = [RecomputeModule.layernorm]
+            if inputs.model.num_experts:
+                cheap.append(RecomputeModule.moe_act)
+            if inputs.model.mla is not None:
+                cheap.append(RecomputeModule.mla_up_proj)
+            sets = sorted({tuple(c) for n in range(1, len(cheap) + 1) for c in itertools.combinations(cheap, n)}, key=len)
+            choices += [(("recompute", Recompute.selective), ("recompute_modules", s)) for s in sets]
         if inputs.training.stack == Stack.megatron:
             per_stage = -(-inputs.model.num_layers // inputs.plan_fields.get("pp", 1))
             vpp = inputs.plan_fields.get("vpp") or 1
@@ -176,7 +195,7 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
     for combo in itertools.product(*options):
         pairs = [pair for group in combo for pair in (group if isinstance(group[0], tuple) else (group,))]
         fields = {**inputs.plan_fields, **dict(pairs)}
-        out.append((fields, {k: (v.value if hasattr(v, "value") else str(v)) for k, v in pairs}))
+        out.append((fields, {k: _spelled(v) for k, v in pairs}))
     return out
 
 

@@ -181,6 +181,38 @@ def test_unpublished_recompute_layers_are_whole_per_model_chunk():
     assert counts == [6]
 
 
+def test_unpublished_recompute_resolves_to_output_discarding_checkpoints():
+    # NeMo 24.07 Nemotron-340B on 128 H100 (tp8 pp8 vpp12, FP8, 4,096 tokens, no recompute
+    # published; measured 326 tok/s per GPU). Storing every activation puts the layout at 87.4e9
+    # bytes, 2% over the 85.5e9 an H100 holds. Megatron-Core's output-discarding layernorm
+    # checkpoint (--recompute-modules layernorm) drops both norms' outputs and reruns the norms in
+    # backward: it fits, and it is the cheapest choice that does, 323 tok/s (-1%). Full recompute of
+    # every layer, the resolver's way to fit before, predicted 252 (-23%)
+    rows = {r["id"]: r for r in json.loads(DEV_RUNS.read_text())}
+    row = rows["nemo_perf_summary_24.07-010"]
+    res = predict_row(row)
+    assert res.resolved == {"recompute": "selective", "recompute_modules": "layernorm"}
+    assert res.feasible and res.predicted_tokens_per_second_per_gpu == pytest.approx(326, rel=0.05)
+    stored = predict_row({**row, "recompute": "none"})
+    assert not stored.feasible and stored.predicted_memory_gb == pytest.approx(87.4, abs=0.2)
+
+
+def test_cheap_checkpoints_offered_follow_the_model():
+    # layernorm for every model; moe_act (the experts' activation) with routed experts; mla_up_proj
+    # with multi-latent attention: DeepSeek-V3 (Megatron-Bridge 25.11 on GB200) is offered all
+    # seven non-empty sets of the three, a dense model only layernorm
+    from autopar.validation.predict import _candidates
+    from autopar.validation.rows import normalize_row, row_inputs
+    holdout = {r["id"]: r for r in json.loads((DEV_RUNS.parent / "holdout_runs.json").read_text())["rows"]}
+    dense = next(r for r in json.loads(DEV_RUNS.read_text()) if r["id"] == "nemo_perf_summary_24.07-010")
+    def offered(row):
+        return sorted(chosen["recompute_modules"] for _, chosen in _candidates(row_inputs(normalize_row(row)[0])) if "recompute_modules" in chosen)
+    assert offered(dense) == ["layernorm"]
+    assert offered(holdout["holdout-mb2511-gb200-deepseek-v3-bf16"]) == sorted(
+        ["layernorm", "moe_act", "mla_up_proj", "layernorm+moe_act", "layernorm+mla_up_proj", "moe_act+mla_up_proj",
+         "layernorm+moe_act+mla_up_proj"])
+
+
 def test_rows_above_memory_are_reported(report, tmp_path):
     # LLM Foundry's MPT rows (MPT-3B at mbs 3 x 8192 tokens, MPT-760M at mbs 48 x 1024, no recompute)
     # ran on "80 GB" A100s; the model puts them at 81-84e9 bytes, under the 81,920 MiB = 85.9e9 bytes
