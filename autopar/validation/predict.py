@@ -161,10 +161,6 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
             layers = inputs.model.num_layers
             choices += [(("recompute", Recompute.none), ("offload_num_layers", n))
                         for n in sorted({max(1, layers * k // 8) for k in range(1, 8)}) if n < layers]
-        # full recompute of only some layers per stage (Megatron --recompute-num-layers): the run
-        # may have recomputed just enough layers to fit; with interleaving the count is per model
-        # chunk (block method: the first N layers of each of the vpp chunks), so a stage
-        # recomputes a multiple of vpp (autopar/emit/megatron.py refuses the others)
         # Megatron-Core's output-discarding checkpoints (--recompute-modules layernorm / moe_act /
         # mla_up_proj: CheckpointWithoutOutput in megatron/core/transformer/transformer_layer.py,
         # moe/experts.py, multi_latent_attention.py): the cheapest way to fit when a layout is just
@@ -175,8 +171,13 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
                 cheap.append(RecomputeModule.moe_act)
             if inputs.model.mla is not None:
                 cheap.append(RecomputeModule.mla_up_proj)
-            sets = sorted({tuple(c) for n in range(1, len(cheap) + 1) for c in itertools.combinations(cheap, n)}, key=len)
-            choices += [(("recompute", Recompute.selective), ("recompute_modules", s)) for s in sets]
+            # every non-empty set, fewest modules first, in a fixed order (ties keep the first)
+            choices += [(("recompute", Recompute.selective), ("recompute_modules", c))
+                        for n in range(1, len(cheap) + 1) for c in itertools.combinations(cheap, n)]
+        # full recompute of only some layers per stage (Megatron --recompute-num-layers): the run
+        # may have recomputed just enough layers to fit; with interleaving the count is per model
+        # chunk (block method: the first N layers of each of the vpp chunks), so a stage
+        # recomputes a multiple of vpp (autopar/emit/megatron.py refuses the others)
         if inputs.training.stack == Stack.megatron:
             per_stage = -(-inputs.model.num_layers // inputs.plan_fields.get("pp", 1))
             vpp = inputs.plan_fields.get("vpp") or 1
