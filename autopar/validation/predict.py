@@ -165,9 +165,10 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         # mla_up_proj: CheckpointWithoutOutput in megatron/core/transformer/transformer_layer.py,
         # moe/experts.py, multi_latent_attention.py): the cheapest way to fit when a layout is just
         # over memory, since each reruns only a norm, an activation or an up-projection
-        if inputs.training.stack == Stack.megatron and not inputs.plan_fields.get("recompute_modules"):
+        # (a row that names its modules states its recompute, so none is open here)
+        if inputs.training.stack == Stack.megatron:
             cheap = [RecomputeModule.layernorm]
-            if inputs.model.num_experts:
+            if inputs.model.is_moe:
                 cheap.append(RecomputeModule.moe_act)
             if inputs.model.mla is not None:
                 cheap.append(RecomputeModule.mla_up_proj)
