@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import ValidationError
 
+from autopar.cost.memory import cheap_checkpoints
 from autopar.cost.rules import OVERLAP_DISPATCHERS_RULE, legal_mask
 from autopar.cost.table import ALLTOALL, CP_ALGO, DEEPEP, DISPATCHER, GRAD_SYNC, NONE, ORDER, RECOMPUTE, SCHEDULE, PlanTable, modules_code
 from autopar.errors import InputError, NoCandidate
@@ -253,18 +254,20 @@ def ep_comm_options(ep: int, gpus_per_node: int, fixed: dict[str, object]) -> li
     return pairs
 
 
-def mla_modules(model, training) -> int:
-    """The modules (modules_code) the search's selective recompute names on an MLA model: RMSNorm,
-    MLA up-projection and, with MoE, the experts' SwiGLU output -- what DeepSeek-V3 recomputes
-    (DeepSeek-V3 report sec. 3.2.3; Megatron-Bridge's DeepSeek-V3 recipes: recompute_modules
-    ["moe_act", "layernorm", "mla_up_proj"]), with core_attn under unfused attention. NONE
-    without MLA, or on a stack whose selective recompute is per-op SAC (it names no modules)."""
-    if model.mla is None or load_stack(training.stack).selective_recompute == "per_op":
+def selective_modules(model, training) -> int:
+    """The modules (modules_code) the search's selective recompute names: every output-discarding
+    checkpoint the model has (autopar.cost.memory.cheap_checkpoints: a norm that is a module of
+    its own, the experts' activation, MLA's up-projection), as Megatron-Bridge's recipes run them
+    (DeepSeek-V3 ["moe_act", "layernorm", "mla_up_proj"], DeepSeek-V3 report sec. 3.2.3; GPT-OSS
+    ["layernorm", "moe_act"]), with core_attn under unfused attention (Megatron's default
+    module). NONE for a dense model without MLA under a fused attention kernel (nothing cheap to
+    drop), or on a stack whose selective recompute is per-op SAC (it names no modules)."""
+    if load_stack(training.stack).selective_recompute == "per_op":
         return NONE
-    names = [RecomputeModule.layernorm, RecomputeModule.mla_up_proj] + ([RecomputeModule.moe_act] if model.is_moe else [])
+    names = list(cheap_checkpoints(model))
     if not training.flash_attention:  # unfused attention: the score tensors too (Megatron's default)
         names.append(RecomputeModule.core_attn)
-    return modules_code(tuple(names))
+    return modules_code(tuple(names)) if names else NONE
 
 
 def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> dict[str, np.ndarray] | None:
@@ -283,10 +286,11 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
     # so ZeRO-2 keeps unsharded gradients like ZeRO-1: offer it only without pipelining
     zeros = [0, 1, 2, 3] if pp == 1 else [0, 1, 3]
     # selective recompute: Megatron's default (core_attn) saves next to nothing under a fused
-    # attention kernel; on an MLA model it is the DeepSeek-V3 recipe instead (mla_modules)
-    mla_selective = mla_modules(model, training)
+    # attention kernel, so the search names the model's output-discarding checkpoints instead
+    # (selective_modules), and offers no selective row where it has none
+    selective = selective_modules(model, training)
     recomputes = [RECOMPUTE.index(r) for r in _allowed("recompute", list(Recompute), fixed)
-                  if not (training.flash_attention and r == Recompute.selective and mla_selective == NONE)]
+                  if not (training.flash_attention and r == Recompute.selective and selective == NONE)]
     algos = [CP_ALGO.index(a) for a in _allowed("cp_algo", [a for a in CpAlgo if cp > 1 or a == CpAlgo.ring], fixed)]
     orders = [ORDER.index(o) for o in _allowed("order", list(RankOrder) if pp > 1 and dp > 1 else [RankOrder.tp_cp_ep_dp_pp], fixed)]
     layouts = [(NONE, NONE)] + (end_stage_layouts(model.num_layers, pp) if opts.stage_layouts else [])
@@ -311,5 +315,5 @@ def _block(model, training, opts, fixed, tp, cp, pp, dp, gpus_per_node: int) -> 
         "first": layouts_arr[lay, 0], "last": layouts_arr[lay, 1], "layout": full(NONE), "rc_stages": full(NONE),
         "reshard": full(int(pp == 1)), "grad_sync": np.where(microbatch_sync, GRAD_SYNC.index(GradSync.microbatch), GRAD_SYNC.index(GradSync.step)),
         "dispatcher": ep_comm_arr[epc, 1], "ep_overlap": ep_comm_arr[epc, 2], "offload": full(NONE), "offload_layers": full(NONE),
-        "rc_modules": np.where(rc == RECOMPUTE.index(Recompute.selective), mla_selective, NONE),
+        "rc_modules": np.where(rc == RECOMPUTE.index(Recompute.selective), selective, NONE),
     }

@@ -244,7 +244,7 @@ def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -
     offloading moves to host memory: the saved inputs of the plan's offload_modules (Megatron-LM
     docs/user-guide/features/fine_grained_activation_offloading.md: 'modules whose inputs are
     offloaded'; terms of layer_activation_bytes). A tensor selective recompute already drops is
-    not offloaded (qkv_linear's input with layernorm recomputed; expert_fc1's and moe_act's with
+    not offloaded (qkv_linear's input with MLA's input norm recomputed; expert_fc1's and moe_act's with
     moe recomputed); capped at what the layer saves (`saved`: saved_activation_bytes; a per-op
     SAC stack saves less)."""
     m, t = batch.model, batch.tab
@@ -258,7 +258,9 @@ def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -
     recomputed = selective_modules(t, per_op)
     out = np.where(on(OffloadModule.attn_norm), B * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.mlp_norm), B * T * m.hidden_size / tsp, 0.0)
-    out = out + np.where(on(OffloadModule.qkv_linear) & ~has_module(recomputed, RecomputeModule.layernorm), Bi * T * m.hidden_size / tsp, 0.0)
+    # layernorm recompute drops the QKV input only where the input norm is a module of its own (MLA)
+    input_norm_dropped = has_module(recomputed, RecomputeModule.layernorm) & (m.mla is not None and m.has_softmax_attention(index))
+    out = out + np.where(on(OffloadModule.qkv_linear) & ~input_norm_dropped, Bi * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.core_attn), qkv_bytes(batch), 0.0)
     out = out + np.where(on(OffloadModule.attn_proj), attention_output_bytes(batch), 0.0)
     if m.is_moe_layer(index):
@@ -275,8 +277,8 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     `modules` (a modules_code column; default the plans' recompute_modules; Megatron-Core
     recompute_modules; terms of layer_activation_bytes). core_attn: the score tensors of unfused
     attention, or the fused kernel's fp32 log-sum-exp (its inputs and output are stored by the
-    projections); layernorm: the two norm outputs
-    (QKV and MLP inputs); mlp: a dense layer's fc1 output(s) and activation output; moe: router
+    projections); layernorm: the outputs of the norms that are modules of their own
+    (ModelSpec.separate_norms: MLA's QKV input, a MoE layer's MLP input); mlp: a dense layer's fc1 output(s) and activation output; moe: router
     probabilities, the routed copies and the experts' and shared experts' intermediates (the
     checkpoint keeps the layer input); moe_act: the experts' activation output; shared_experts:
     the shared experts' intermediates; mla_up_proj: MLA's Q, K, V and normed latents (the
@@ -290,7 +292,7 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     core = 4 * T * m.num_attention_heads / t.tp if batch.training.flash_attention else attention_core_bytes(batch)
     if not m.has_softmax_attention(index):
         core = 0.0  # core_attn names the softmax attention's core; a Gated DeltaNet or Mamba-2 layer has none
-    norms = m.layer_norms(index) * Bi * T * m.hidden_size / tsp
+    norms = m.separate_norms(index) * Bi * T * m.hidden_size / tsp  # a norm fused into its GEMM stays stored
     out = np.where(on(RecomputeModule.core_attn), core, 0.0) + np.where(on(RecomputeModule.layernorm), norms, 0.0)
     if m.mla is not None and m.has_softmax_attention(index):
         # the checkpoint keeps its inputs (the latents and the RoPE key at the activation width)
@@ -369,3 +371,14 @@ def kv_cache_bytes(num_layers: int, kv_heads: int, head_dim: int, tokens: int, s
     """Inference KV cache: 2 (K and V) L g d tokens sequences bytes (seed 000 'Асимметрия
     инфраструктуры': 70B GQA, 1024 tokens, 256 prompts -> 85.9 GB)."""
     return 2 * num_layers * kv_heads * head_dim * tokens * sequences * bytes_per_element
+
+
+def cheap_checkpoints(model) -> tuple[RecomputeModule, ...]:
+    """The output-discarding checkpoints (Megatron-Core CheckpointWithoutOutput) a model has,
+    each of which drops one output and reruns only a norm, an activation or an up-projection in
+    backward: layernorm where a norm is a module of its own (ModelSpec.separate_norms: MLA or
+    routed experts), mla_up_proj with MLA (multi_latent_attention.py qkv_up_checkpoint), moe_act
+    with routed experts (moe/experts.py activation_checkpoint). Empty for a dense model without MLA."""
+    separate = any(model.separate_norms(i) for i in range(model.num_layers))
+    return tuple(([RecomputeModule.layernorm] if separate else []) + ([RecomputeModule.moe_act] if model.is_moe else [])
+                 + ([RecomputeModule.mla_up_proj] if model.mla is not None else []))

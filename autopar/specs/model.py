@@ -462,6 +462,18 @@ class ModelSpec(StrictModel):
         hybrid layer)."""
         return int(self.has_mixer(index)) + int(self.has_ffn(index))
 
+    def separate_norms(self, index: int) -> int:
+        """Norms of layer `index` that Megatron-Core's Transformer Engine layer spec builds as a
+        module of their own, the ones recompute_modules 'layernorm' can checkpoint
+        (megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_submodules
+        @core_r0.16: a standard attention's input norm is fused into linear_qkv
+        (TELayerNormColumnParallelLinear, input_layernorm IdentityOp), a dense MLP's into linear_fc1
+        (pre_mlp_layernorm IdentityOp 'if num_experts' is unset); MLA's input_layernorm and a MoE
+        layer's pre_mlp_layernorm are TENorm). A fused norm's output is the GEMM's saved input, so
+        transformer_layer.py's input_layernorm_checkpoint / pre_mlp_norm_checkpoint (set only for a
+        norm that is not IdentityOp) neither drops nor reruns it."""
+        return int(self.mla is not None and self.has_softmax_attention(index)) + int(self.is_moe_layer(index))
+
     def is_moe_layer(self, index: int) -> bool:
         """Layer `index` (0-based) has routed experts (Megatron --moe-layer-freq pattern; a hybrid
         pattern's E layers)."""

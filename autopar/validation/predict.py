@@ -12,12 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopar.cost import estimate
 from autopar.cost.flops import model_flops_per_token
+from autopar.cost.memory import cheap_checkpoints
 from autopar.errors import AutoparError, InputError
 from autopar.specs import ModelSpec
 from autopar.specs.costparams import CostParams, params_for_cluster
 from autopar.specs.estimate import Estimate
 from autopar.specs.hardware import GpuSpec
-from autopar.specs.plan import Recompute, RecomputeModule
+from autopar.specs.plan import Recompute
 from autopar.specs.training import Stack
 from autopar.specs.trust import family_of
 from autopar.validation.rows import RowInputs, frozen_weights, normalize_row, plan_of, row_inputs
@@ -167,11 +168,7 @@ def _candidates(inputs: RowInputs) -> list[tuple[dict[str, Any], dict[str, str]]
         # over memory, since each reruns only a norm, an activation or an up-projection
         # (a row that names its modules states its recompute, so none is open here)
         if inputs.training.stack == Stack.megatron:
-            cheap = [RecomputeModule.layernorm]
-            if inputs.model.is_moe:
-                cheap.append(RecomputeModule.moe_act)
-            if inputs.model.mla is not None:
-                cheap.append(RecomputeModule.mla_up_proj)
+            cheap = cheap_checkpoints(inputs.model)  # none on a dense model without MLA
             # every non-empty set, fewest modules first, in a fixed order (ties keep the first)
             choices += [(("recompute", Recompute.selective), ("recompute_modules", c))
                         for n in range(1, len(cheap) + 1) for c in itertools.combinations(cheap, n)]

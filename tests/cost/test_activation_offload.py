@@ -64,11 +64,15 @@ def test_offloaded_bytes_are_the_modules_inputs(h100_node, params):
 
 
 def test_recomputed_tensors_are_not_offloaded(h100_node, params):
-    """A tensor selective recompute drops is not stored, so there is nothing to offload: the QKV
-    input under layernorm recompute, the experts' tensors under moe recompute."""
+    """A tensor selective recompute drops is not stored, so there is nothing to offload: the
+    experts' tensors under moe recompute. The QKV input stays stored under layernorm recompute on
+    a model without MLA: its input norm is fused into linear_qkv (Megatron-Core's TE layer spec,
+    ModelSpec.separate_norms), so it is offloaded whole, 2 B x 4096 tokens x 4096 hidden."""
     b = _batch("tp=1,recompute=selective,recompute_modules=layernorm+moe,offload_modules=qkv_linear+expert_fc1+moe_act",
                h100_node, params)
-    assert offloaded_bytes(b, 0)[0] == 0.0
+    assert offloaded_bytes(b, 0)[0] == pytest.approx(2 * S * H)
+    experts = _batch("tp=1,recompute=selective,recompute_modules=layernorm+moe,offload_modules=expert_fc1+moe_act", h100_node, params)
+    assert offloaded_bytes(experts, 0)[0] == 0.0
     kept = _batch("tp=1,recompute=none,offload_modules=qkv_linear", h100_node, params)
     assert offloaded_bytes(kept, 0)[0] == pytest.approx(2 * S * H)
 

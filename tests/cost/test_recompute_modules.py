@@ -47,11 +47,13 @@ def test_plan_refuses_bad_modules(text, rule):
 
 def test_layernorm_and_moe_drop_hand_counted_bytes(h100_node, params):
     """Bytes per micro-batch of one MoE layer, tp=1 without SP, bf16 (2 B), gated experts:
-    layernorm drops the QKV and MLP inputs, 2 x 2 T h; moe drops the fp32 router scores 4 T E,
-    the k routed copies 2 T k h, and each copy's fc1 (2 F) and activation (F) outputs 2 T k 3 F."""
+    layernorm drops the MLP input, 2 T h (the pre-MLP norm of a MoE layer is a module of its own;
+    the input norm is fused into linear_qkv, whose saved input stays: Megatron-Core's TE layer
+    spec, ModelSpec.separate_norms); moe drops the fp32 router scores 4 T E, the k routed copies
+    2 T k h, and each copy's fc1 (2 F) and activation (F) outputs 2 T k 3 F."""
     b = _batch("tp=1,recompute=selective,recompute_modules=layernorm+moe", h100_node, params)
     copies = S * K * expert_load_factor(b)[0]
-    expected = 2 * 2 * S * H + 4 * S * E + 2 * copies * H + 2 * copies * 3 * FE
+    expected = 2 * S * H + 4 * S * E + 2 * copies * H + 2 * copies * 3 * FE
     assert module_dropped_bytes(b, 0)[0] == pytest.approx(expected, rel=1e-9)
     assert stored_activation_bytes(b, 0)[0] == pytest.approx(layer_activation_bytes(b, 0)[0] - expected, rel=1e-9)
 

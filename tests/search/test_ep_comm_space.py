@@ -108,23 +108,31 @@ def test_mla_space_offers_deepseek_selective_recompute():
     assert one.memory_bytes_per_gpu < estimate(m, c, t, parse_plan(plan.text().split(",recompute_modules")[0].replace(
         "recompute=selective", "recompute=none"))).memory_bytes_per_gpu
     assert one.step_seconds < full.step_seconds
-    # a model without MLA keeps no selective row under flash attention (Megatron's stack)
+    # a model without MLA names its own output-discarding checkpoints: the norms and, with routed
+    # experts, their activation (Megatron-Bridge's GPT-OSS recipe: ["layernorm", "moe_act"])
+    from autopar.cost.table import modules_code
     mx, cx = load_model("mixtral-8x7b"), load_cluster("dgx-h100").with_gpus(64)
     tx = TrainingSpec(seq_len=4096, global_batch_size=256, precision=Precision.bf16)
-    assert not (enumerate_space(mx, cx, tx, SpaceOptions(fixed={"tp": 2, "pp": 1})).recompute == selective).any()
+    tab_x = enumerate_space(mx, cx, tx, SpaceOptions(fixed={"tp": 2, "pp": 1}))
+    assert (tab_x.recompute == selective).any()
+    assert (tab_x.rc_modules[tab_x.recompute == selective] == modules_code((RecomputeModule.layernorm, RecomputeModule.moe_act))).all()
     # torchtitan's per-op SAC: selective rows name no modules
     tt = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, stack="torchtitan")
     tab_tt = enumerate_space(m, c, tt, SpaceOptions(fixed={"tp": 1, "pp": 1, "mbs": 1, "zero": 1}))
     assert (tab_tt.rc_modules[tab_tt.recompute == selective] < 0).all() or not (tab_tt.recompute == selective).any()
 
 
-def test_mla_selective_keeps_core_attn_under_unfused_attention():
+def test_selective_modules_follow_the_model():
     from autopar.cost.table import modules_of
-    from autopar.space import mla_modules
+    from autopar.space import selective_modules
     from autopar.specs.plan import RecomputeModule as R
     m = load_model("deepseek-v2-lite")
     fused = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16)
     unfused = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, flash_attention=False)
-    assert modules_of(mla_modules(m, fused)) == (R.layernorm, R.moe_act, R.mla_up_proj)
-    assert modules_of(mla_modules(m, unfused)) == (R.core_attn, R.layernorm, R.moe_act, R.mla_up_proj)
-    assert mla_modules(load_model("mixtral-8x7b"), fused) < 0  # NONE: no MLA
+    # DeepSeek-V3's recipe (report sec. 3.2.3), plus the score tensors under unfused attention
+    assert modules_of(selective_modules(m, fused)) == (R.layernorm, R.moe_act, R.mla_up_proj)
+    assert modules_of(selective_modules(m, unfused)) == (R.core_attn, R.layernorm, R.moe_act, R.mla_up_proj)
+    assert modules_of(selective_modules(load_model("mixtral-8x7b"), fused)) == (R.layernorm, R.moe_act)
+    assert selective_modules(load_model("llama3-8b"), fused) < 0  # NONE: a dense layer's norms are fused into its GEMMs
+    titan = TrainingSpec(seq_len=4096, global_batch_size=64, precision=Precision.bf16, stack="torchtitan")
+    assert selective_modules(load_model("llama3-8b"), titan) < 0  # NONE: per-op SAC names no modules
