@@ -278,7 +278,8 @@ def module_dropped_bytes(batch: Batch, index: int, modules: np.ndarray | None = 
     recompute_modules; terms of layer_activation_bytes). core_attn: the score tensors of unfused
     attention, or the fused kernel's fp32 log-sum-exp (its inputs and output are stored by the
     projections); layernorm: the outputs of the norms that are modules of their own
-    (ModelSpec.separate_norms: MLA's QKV input, a MoE layer's MLP input); mlp: a dense layer's fc1 output(s) and activation output; moe: router
+    (ModelSpec.separate_norms: MLA's QKV input, a MoE layer's MLP input); mlp: a dense layer's
+    fc1 output(s) and activation output; moe: router
     probabilities, the routed copies and the experts' and shared experts' intermediates (the
     checkpoint keeps the layer input); moe_act: the experts' activation output; shared_experts:
     the shared experts' intermediates; mla_up_proj: MLA's Q, K, V and normed latents (the

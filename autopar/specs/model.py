@@ -466,7 +466,7 @@ class ModelSpec(StrictModel):
         """Norms of layer `index` that Megatron-Core's Transformer Engine layer spec builds as a
         module of their own, the ones recompute_modules 'layernorm' can checkpoint
         (megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_submodules
-        @core_r0.16: a standard attention's input norm is fused into linear_qkv
+        @d98e8a64dd, 2026-08-22: a standard attention's input norm is fused into linear_qkv
         (TELayerNormColumnParallelLinear, input_layernorm IdentityOp), a dense MLP's into linear_fc1
         (pre_mlp_layernorm IdentityOp 'if num_experts' is unset); MLA's input_layernorm and a MoE
         layer's pre_mlp_layernorm are TENorm). A fused norm's output is the GEMM's saved input, so
