@@ -88,11 +88,10 @@ def layer_forward(batch: Batch, index: int) -> dict[str, np.ndarray]:
     # QK norm: one more norm kernel over each query and key element, read and written once in
     # the forward like the layer's two norms (the per-hidden count above has those two only)
     elem_bytes = elem_bytes + 2 * B * T * qk_norm_width(batch, not softmax)
-    # element-wise forward work of the recomputable submodules: the norms (read and write
+    # element-wise forward work of the recomputable submodules: the norms recompute_modules
+    # 'layernorm' reruns, the ones not fused into a GEMM (ModelSpec.separate_norms; read and write
     # T h each), the activation function (3 B per F element as above), the MoE router and permutes
-    out["norm_elem"] = batch.hbm_seconds(blocks * 2 * B * T * m.hidden_size / batch.sp_divisor)
-    # the norms recompute_modules 'layernorm' reruns: the ones not fused into a GEMM (ModelSpec.separate_norms)
-    out["separate_norm_elem"] = batch.hbm_seconds(m.separate_norms(index) * 2 * B * T * m.hidden_size / batch.sp_divisor)
+    out["norm_elem"] = batch.hbm_seconds(m.separate_norms(index) * 2 * B * T * m.hidden_size / batch.sp_divisor)
     # MLA's up-projection checkpoint also reruns the latent norms (read and write each latent)
     # and RoPE with the concatenation that writes Q and K whole (read and write once)
     latent, _ = mla_latent_widths(batch)
@@ -582,7 +581,7 @@ def module_recompute_parts(f: dict[str, np.ndarray], moe_layer: bool, no_softmax
     core = zero if no_softmax else f["attn"] + f["cp"] + f["cp_merge"]
     return {
         "rc_core_attn": core, "rcf_core_attn": zero + (0.0 if no_softmax else f["attn_flops_counted"]),
-        "rc_layernorm": f["separate_norm_elem"], "rcf_layernorm": zero,
+        "rc_layernorm": f["norm_elem"], "rcf_layernorm": zero,
         "rc_mlp": zero if moe_layer else f["gemm_mlp"] + f["act_elem"], "rcf_mlp": zero + (0.0 if moe_layer else f["flops_mlp"]),
         "rc_moe": f["gemm_moe"] + f["moe_elem"] + f["ep"] if moe_layer else zero, "rcf_moe": zero + (f["flops_moe"] if moe_layer else 0.0),
         "rc_moe_act": f["moe_act_elem"], "rcf_moe_act": zero,

@@ -259,7 +259,7 @@ def offloaded_bytes(batch: Batch, index: int, saved: np.ndarray | None = None) -
     out = np.where(on(OffloadModule.attn_norm), B * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.mlp_norm), B * T * m.hidden_size / tsp, 0.0)
     # layernorm recompute drops the QKV input only where the input norm is a module of its own (MLA)
-    input_norm_dropped = has_module(recomputed, RecomputeModule.layernorm) & (m.mla is not None and m.has_softmax_attention(index))
+    input_norm_dropped = has_module(recomputed, RecomputeModule.layernorm) & m.separate_input_norm(index)
     out = out + np.where(on(OffloadModule.qkv_linear) & ~input_norm_dropped, Bi * T * m.hidden_size / tsp, 0.0)
     out = out + np.where(on(OffloadModule.core_attn), qkv_bytes(batch), 0.0)
     out = out + np.where(on(OffloadModule.attn_proj), attention_output_bytes(batch), 0.0)

@@ -472,7 +472,12 @@ class ModelSpec(StrictModel):
         layer's pre_mlp_layernorm are TENorm). A fused norm's output is the GEMM's saved input, so
         transformer_layer.py's input_layernorm_checkpoint / pre_mlp_norm_checkpoint (set only for a
         norm that is not IdentityOp) neither drops nor reruns it."""
-        return int(self.mla is not None and self.has_softmax_attention(index)) + int(self.is_moe_layer(index))
+        return int(self.separate_input_norm(index)) + int(self.is_moe_layer(index))
+
+    def separate_input_norm(self, index: int) -> bool:
+        """Layer `index`'s input norm is a module of its own, not fused into the QKV GEMM: MLA's
+        (separate_norms)."""
+        return self.mla is not None and self.has_softmax_attention(index)
 
     def is_moe_layer(self, index: int) -> bool:
         """Layer `index` (0-based) has routed experts (Megatron --moe-layer-freq pattern; a hybrid

@@ -108,8 +108,8 @@ def test_mla_space_offers_deepseek_selective_recompute():
     assert one.memory_bytes_per_gpu < estimate(m, c, t, parse_plan(plan.text().split(",recompute_modules")[0].replace(
         "recompute=selective", "recompute=none"))).memory_bytes_per_gpu
     assert one.step_seconds < full.step_seconds
-    # a model without MLA names its own output-discarding checkpoints: the norms and, with routed
-    # experts, their activation (Megatron-Bridge's GPT-OSS recipe: ["layernorm", "moe_act"])
+    # a model without MLA names its own output-discarding checkpoints: a MoE layer's pre-MLP norm
+    # (a module of its own) and the experts' activation (Megatron-Bridge's GPT-OSS recipe: ["layernorm", "moe_act"])
     from autopar.cost.table import modules_code
     mx, cx = load_model("mixtral-8x7b"), load_cluster("dgx-h100").with_gpus(64)
     tx = TrainingSpec(seq_len=4096, global_batch_size=256, precision=Precision.bf16)
