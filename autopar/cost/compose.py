@@ -101,5 +101,5 @@ def compose_outer(result: StepResult, rows: np.ndarray, microbatches: np.ndarray
     held = table[combo_of[:, None], np.maximum(index, 0)]
     fixed = result.memory_fixed_stage[rows, :width]
     per_mb = result.memory_per_microbatch_stage[rows, :width]
-    per_stage = (fixed + per_mb * held) * (1 + mem.fragmentation) + mem.reserve_bytes
+    per_stage = fixed + per_mb * held + mem.reserve_bytes  # both parts carry the fragmentation slack (cost.step._memory)
     return step, np.where(index >= 0, per_stage, -np.inf).max(axis=1)

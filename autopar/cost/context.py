@@ -74,6 +74,15 @@ class Batch:
         return load_stack(self.training.stack)
 
     @cached_property
+    def fragmentation(self) -> float:
+        """Allocator slack, a fraction of allocated bytes: memory.fragmentation for PyTorch's caching
+        allocator with fixed segments; none with expandable segments (TrainingSpec.expandable_segments,
+        else the stack's launcher default), whose free pages are remapped where they are needed."""
+        stated = self.training.expandable_segments
+        expandable = self.stack.expandable_segments if stated is None else stated
+        return 0.0 if expandable else self.params.memory.fragmentation
+
+    @cached_property
     def sac_reruns_attention(self) -> bool:
         """Per-op SAC runs the attention forward again in backward: its save list lacks the
         kernel the stack runs on this GPU (TrainingSpec.sac_saves_cudnn_attention: torchtitan

@@ -8,11 +8,12 @@ micro-batch's activations) depend on that rank's decoder layers L and fully reco
 only, and the step and the peak memory combine them as
 
     step   = pipeline(stage seconds; m, vpp, schedule) + sum_k max_r term_k,r + constant
-    memory = max_r (fixed_r + held_r x per_microbatch_r) (1 + fragmentation) + reserve
+    memory = max_r (fixed_r + held_r x per_microbatch_r) + reserve
 
 (autopar.cost.step: the terms k are the once-per-step parts the step takes the maximum of over
 stages, STAGE_STEP_TERMS -- exposed DP and FSDP reductions, the optimizer step; held_r: the
-micro-batches rank r holds, autopar.cost.memory). Rather than
+micro-batches rank r holds, autopar.cost.memory; fixed_r and per_microbatch_r carry the
+allocator's fragmentation slack, autopar.cost.context.Batch.fragmentation). Rather than
 restating the cost model's formulas, sample_stages evaluates plans with explicit layouts so that
 every rank sees every (L, R) of its domain, reads the per-stage arrays of the result, and checks
 what the solvers rely on: a (rank, L, R) costs the same in every layout it was sampled in, and
@@ -104,8 +105,9 @@ def held_microbatches(pp: int, microbatches: int, vpp: int, schedule: Schedule) 
 
 
 def stage_memory_bytes(fixed: np.ndarray, per_microbatch: np.ndarray, held: np.ndarray, params: CostParams) -> np.ndarray:
-    """Peak bytes of a stage from its two memory parts (as autopar.cost.compose composes them)."""
-    return (fixed + per_microbatch * held) * (1 + params.memory.fragmentation) + params.memory.reserve_bytes
+    """Peak bytes of a stage from its two memory parts, fragmentation slack included (as
+    autopar.cost.compose composes them)."""
+    return fixed + per_microbatch * held + params.memory.reserve_bytes
 
 
 def _snap(x: float) -> float:

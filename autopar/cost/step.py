@@ -500,8 +500,8 @@ def gradient_bytes_per_param(tr, stack) -> float:
 def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, share_off, dense, routed):
     """Bytes per GPU by component, per plan x kept stage (stage_idx; last_rank holds the logits); also
     the parts that do not scale with in-flight micro-batches (weights, gradients, optimizer,
-    working buffers) and one micro-batch's activations, both before fragmentation, and the
-    activations offloaded to host memory."""
+    working buffers) and one micro-batch's activations, both with the allocator's fragmentation
+    slack on them (Batch.fragmentation), and the activations offloaded to host memory."""
     t, tr, mem, m = b.tab, b.training, b.params.memory, b.model
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
     C = len(stage_idx)
@@ -559,6 +559,7 @@ def _memory(b: Batch, stage_idx, last_rank, kinds, counts, n_layers, k_rec, shar
     out["working_buffers"] = working + np.where(zero == 3, tr.gather_bytes_per_param * gathered, 0.0)
     allocated = sum(out.values())
     fixed = allocated - out["activations"]
-    out["fragmentation"] = allocated * mem.fragmentation
+    slack = 1.0 + b.fragmentation
+    out["fragmentation"] = allocated * b.fragmentation
     out["framework_reserve"] = np.full_like(allocated, mem.reserve_bytes)
-    return out, fixed, np.broadcast_to(per_mb, allocated.shape), np.broadcast_to(host, allocated.shape)
+    return out, fixed * slack, np.broadcast_to(per_mb * slack, allocated.shape), np.broadcast_to(host, allocated.shape)

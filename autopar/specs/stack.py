@@ -42,6 +42,10 @@ class StackSpec(StrictModel):
                                   "rotate_method ALL_GATHER, convert_to_f32): one AllGather of every rank's K, V waited after the "
                                   "first block, partial outputs merged and gradients accumulated in fp32, dK and dV passed around "
                                   "the ring in fp32 one block at a time")
+    expandable_segments: bool = Field(False, description="The stack's launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the "
+                                      "caching allocator maps physical memory into growable segments in 2 MiB pages (PyTorch PR #96995, "
+                                      "2.1), so freed blocks are unmapped and remapped where needed and memory.fragmentation strands "
+                                      "nothing; a run may say otherwise (TrainingSpec.expandable_segments)")
     kv_heads_repeated: bool = Field(False, description="K and V reach the attention kernel repeated to the query heads "
                                     "(torchtitan repeat_kv before SDPA), so CP exchanges carry every query head, not the KV heads")
     rope_complex_fallback: bool = Field(False, description="RoPE runs as a complex multiply in fp32 (torch.view_as_complex) that "

@@ -150,6 +150,11 @@ class TrainingSpec(StrictModel):
         "its fused grouped MLP, Megatron-Core 2026-08); false for earlier Megatron-Core, which clamps and concatenates "
         "the expert activations in eager kernels around its compiled GLU (profiles/cost/defaults.yaml "
         "memory.eager_extra_bytes.clamped_glu)")
+    expandable_segments: bool | None = Field(
+        None,
+        description="The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (growable segments mapped in 2 MiB pages, "
+        "PyTorch PR #96995): no allocator fragmentation slack (profiles/cost/defaults.yaml memory.fragmentation) is "
+        "counted; null = the stack's launcher default (profiles/stacks expandable_segments)")
     target_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train and cost")
     critical_batch_tokens: float | None = Field(None, gt=0, description="Critical batch size B* in tokens; larger batches waste compute (seed 000 'Критический размер батча')")
 

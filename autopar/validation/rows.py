@@ -809,6 +809,9 @@ SAC_SAVES_CUDNN_SINCE = (2025, 12)
 # MXFP8 / 2.18 BF16; Megatron-Core 2a75ac12c5 'Complete clamped SwiGLU across expert paths', 2026-08-13;
 # the Megatron-Bridge 26.08 perf recipes): earlier containers clamp in eager kernels
 FUSED_CLAMPED_GLU_SINCE = (2026, 8)
+# torchtitan's launcher sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" from a5e57e4a9 ('Use
+# expandable segments in run_llama_train.sh', 2024-10-22; run_train.sh after the 2025-02 restructure)
+TORCHTITAN_EXPANDABLE_SINCE = (2024, 10)
 # NeMo Framework Launcher's launcher_scripts/conf/config.yaml sets env_vars NVTE_FUSED_ATTN: 0 ('Disable
 # cudnn FA until we've tested it more', 562dcb45, 2024-02-13) in its 24.01 to 24.07 tags, so Transformer
 # Engine runs the flash-attn backend (FlashAttention-2) instead of cuDNN's fused attention; 04b8d098
@@ -897,6 +900,14 @@ def row_training(row: dict[str, Any], gpu: GpuSpec | None = None) -> TrainingSpe
     if fields["stack"] == Stack.megatron and "nemo" in _text(row, "software") and date is not None \
             and NEMO_LAUNCHER_FA2[0] <= date <= NEMO_LAUNCHER_FA2[1]:
         fields["attention_kernel"] = AttentionKernel.fa2
+    if fields["stack"] in (Stack.torchtitan, Stack.torchtitan_compile) and date is not None and date < TORCHTITAN_EXPANDABLE_SINCE:
+        fields["expandable_segments"] = False
+    if fields["stack"] == Stack.megatron and "megatron-bridge" in _text(row, "software") and not _fsdp(row)[0]:
+        # Megatron-Bridge's perf recipes set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in their
+        # env_vars (src/megatron/bridge/perf_recipes/*/<system>/*.py @067f987df); not with Megatron-FSDP's
+        # nccl_ub, which Megatron-Core refuses with expandable segments before torch 2.11
+        # (megatron/core/distributed/distributed_data_parallel_config.py @d98e8a64dd)
+        fields["expandable_segments"] = True
     if fields["stack"] == Stack.megatron and date is not None and date < FUSED_CLAMPED_GLU_SINCE:
         fields["fused_clamped_glu"] = False  # only a model with a clamped GLU (gpt-oss) pays for it
     return TrainingSpec.model_validate(fields)
