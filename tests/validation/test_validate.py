@@ -236,7 +236,7 @@ def test_rows_above_memory_are_reported(report, tmp_path):
     assert mpt and all(r["feasible"] for r in mpt) and max(r["predicted_memory_gb"] for r in mpt) > 80
     assert report["summary"]["over_memory"] == []
     # torchtitan's Llama-4 Scout on GB200 (local batch 10 x 8192 tokens, no recompute, doc's layout)
-    # needs 931 GB per GPU: listed with the GPU's HBM and still predicted (never dropped)
+    # needs 951 GB per GPU: listed with the GPU's HBM and still predicted (never dropped)
     moe = [r for r in json.loads((DEV_RUNS.parent / "moe_runs.json").read_text()) if r["id"] == "new-torchtitan-llama4scout-gb200-bf16"]
     (tmp_path / "scout.json").write_text(json.dumps(moe))
     scout = validate_runs(tmp_path / "scout.json")
@@ -244,9 +244,11 @@ def test_rows_above_memory_are_reported(report, tmp_path):
     assert [o["id"] for o in over] == ["new-torchtitan-llama4scout-gb200-bf16"]
     assert over[0]["predicted_memory_gb"] > over[0]["gpu_memory_gb"] == pytest.approx(198.67, abs=0.01)
     assert scout["rows"][0]["error"] is not None
-    # 998 GB against 199 GB (5.0x) is far outside the memory model's -36%..+35% error on the
-    # measured peaks: the run used a layout the row does not state, so the row is reported as not
-    # modelled (memory named) and counted only in the all-rows figure; rows within memory are not
-    assert "needs 998 GB per GPU, 5.0x the GPU's 199 GB" in scout["rows"][0]["not_modelled"]
+    # 951 GB against 199 GB (4.8x; torchtitan's launcher runs expandable segments, so no 5%
+    # fragmentation slack: (998 - 3) / 1.05 + 3 = 951 with the 3 GB reserve) is far outside the memory
+    # model's -36%..+35% error on the measured peaks: the run used a layout the row does not state,
+    # so the row is reported as not modelled (memory named) and counted only in the all-rows figure;
+    # rows within memory are not
+    assert "needs 951 GB per GPU, 4.8x the GPU's 199 GB" in scout["rows"][0]["not_modelled"]
     assert scout["summary"]["not_modelled"][0]["id"] == "new-torchtitan-llama4scout-gb200-bf16"
     assert all(r["not_modelled"] is None for r in mpt)
