@@ -444,3 +444,20 @@ def test_bridge_keeps_the_recipes_comm_overlap_tuning():
     assert overlap.tp_comm_overlap is False and overlap.tp_comm_overlap_cfg == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
     overlap, cls = _run_autopar_config(source, None, "llama3_70b_pretrain_config")
     assert overlap == cls(tp_comm_overlap=True, overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False)
+
+
+def test_torchtitan_launcher_sets_the_allocator_the_plan_assumed():
+    """A plan costed on the torchtitan stack counts no fragmentation slack (its run_train.sh runs
+    expandable segments: autopar.cost.context.Batch.fragmentation), so the emitted launcher exports
+    them; a plan costed on the Megatron stack (fixed segments, 5% slack counted) leaves the
+    allocator alone, as does a run that states expandable_segments off."""
+    def launcher(**extra):
+        job = make_job("llama3-8b", "dgx-h100", 16, 4096, 64, "tp=2,zero=3", "bf16", **extra)
+        return next(a.text for a in emit_torchtitan(job) if a.name.endswith(".sh"))
+
+    line = 'export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True${PYTORCH_CUDA_ALLOC_CONF:+,$PYTORCH_CUDA_ALLOC_CONF}"'
+    assert line in launcher(stack="torchtitan")
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in launcher()
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in launcher(stack="torchtitan", expandable_segments=False)
+    # the line is valid bash: the script still parses
+    subprocess.run(["bash", "-n", "/dev/stdin"], input=launcher(stack="torchtitan"), text=True, check=True)
