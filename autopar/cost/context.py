@@ -16,7 +16,7 @@ from autopar.specs.costparams import CostParams
 from autopar.specs.hardware import ClusterSpec
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import RankOrder
-from autopar.specs.stack import StackSpec, load_stack
+from autopar.specs.stack import StackSpec, load_stack, runs_expandable_segments
 from autopar.specs.training import TrainingSpec
 
 PP_INNER = ORDER.index(RankOrder.tp_cp_ep_pp_dp)
@@ -78,9 +78,7 @@ class Batch:
         """Allocator slack, a fraction of allocated bytes: memory.fragmentation for PyTorch's caching
         allocator with fixed segments; none with expandable segments (TrainingSpec.expandable_segments,
         else the stack's launcher default), whose free pages are remapped where they are needed."""
-        stated = self.training.expandable_segments
-        expandable = self.stack.expandable_segments if stated is None else stated
-        return 0.0 if expandable else self.params.memory.fragmentation
+        return 0.0 if runs_expandable_segments(self.training) else self.params.memory.fragmentation
 
     @cached_property
     def sac_reruns_attention(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autopar.emit.common import EmitJob, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block
-from autopar.specs.stack import load_stack
+from autopar.specs.stack import runs_expandable_segments
 
 if TYPE_CHECKING:
     from autopar.emit.torchtitan import TitanConfig
@@ -108,9 +108,7 @@ def _allocator_line(job: EmitJob) -> str:
     """The allocator setting the plan's memory assumed: torchtitan's own run_train.sh exports
     expandable segments, and the plan counts no fragmentation slack with them
     (autopar.cost.context.Batch.fragmentation); a run that turns them off keeps the default."""
-    stated = job.training.expandable_segments
-    on = load_stack(job.training.stack).expandable_segments if stated is None else stated
-    if not on:  # planned with fixed segments (e.g. on the Megatron stack): the slack is counted
+    if not runs_expandable_segments(job.training):  # planned with fixed segments (e.g. on the Megatron stack): the slack is counted
         return ""
     return ('export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True${PYTORCH_CUDA_ALLOC_CONF:+,$PYTORCH_CUDA_ALLOC_CONF}"'
             "  # as torchtitan's run_train.sh; the plan's memory counts no fragmentation slack\n")

@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from autopar.errors import InputError
 from autopar.specs._base import StrictModel
 from autopar.specs._files import preset_files, read_mapping
-from autopar.specs.training import Fp8Recipe, Stack
+from autopar.specs.training import Fp8Recipe, Stack, TrainingSpec
 
 
 class StackSpec(StrictModel):
@@ -103,3 +103,12 @@ def load_stack(stack: Stack) -> StackSpec:
         return StackSpec.model_validate(read_mapping(files[stack.value], "stack"))
     except ValidationError as exc:
         raise InputError.from_validation(exc, f"stack {stack.value}") from None
+
+
+def runs_expandable_segments(training: TrainingSpec) -> bool:
+    """Whether the run's allocator uses expandable segments: what the training states
+    (TrainingSpec.expandable_segments), else its stack's launcher default. The cost model counts no
+    fragmentation slack then (autopar.cost.context.Batch.fragmentation), and an emitted torchtitan
+    launcher exports the setting (autopar.emit.torchtitan_render)."""
+    stated = training.expandable_segments
+    return load_stack(training.stack).expandable_segments if stated is None else stated

@@ -810,7 +810,8 @@ SAC_SAVES_CUDNN_SINCE = (2025, 12)
 # the Megatron-Bridge 26.08 perf recipes): earlier containers clamp in eager kernels
 FUSED_CLAMPED_GLU_SINCE = (2026, 8)
 # torchtitan's launcher sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" from a5e57e4a9 ('Use
-# expandable segments in run_llama_train.sh', 2024-10-22; run_train.sh after the 2025-02 restructure)
+# expandable segments in run_llama_train.sh', 2024-10-22; run_train.sh after the 2025-02 restructure);
+# software_date has month resolution, so a run dated 2024-10 counts as having them
 TORCHTITAN_EXPANDABLE_SINCE = (2024, 10)
 # NeMo Framework Launcher's launcher_scripts/conf/config.yaml sets env_vars NVTE_FUSED_ATTN: 0 ('Disable
 # cudnn FA until we've tested it more', 562dcb45, 2024-02-13) in its 24.01 to 24.07 tags, so Transformer
