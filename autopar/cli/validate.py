@@ -26,8 +26,9 @@ def _markdown(reports: dict[str, dict], holdout: tuple[str, ...] = ()) -> str:
              f"--report-dir {REPORT_DIR} --families {FAMILIES_FILE}` (or `python -m autopar.cli.reports`)", "",
              "A held-out file's runs were collected to measure how far the cost model generalises: no coefficient is fitted "
              "to them, and each estimate carries their error next to the in-sample error of its family.", "",
-             "| file | modelled MAPE | all rows MAPE | rows | not modelled | skipped | Kendall tau | pairs ordered right | predicted equal |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| file | modelled MAPE | all rows MAPE | rows | not modelled | skipped | Kendall tau | pairs ordered right | predicted equal "
+             "| same layout, left out |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, rep in reports.items():
         s = rep["summary"]
         name = f"{name} (held out)" if name in holdout else name
@@ -35,7 +36,7 @@ def _markdown(reports: dict[str, dict], holdout: tuple[str, ...] = ()) -> str:
         tau = f"{ra['kendall_tau']:.2f}" if ra.get("kendall_tau") is not None else "-"
         right = f"{100 * ra['ordered_right']:.0f}% of {ra['pairs']}" if ra.get("ordered_right") is not None else "-"
         lines.append(f"| {name} | {100 * (s['overall_mape'] or 0):.1f}% | {100 * (s['all_rows_mape'] or 0):.1f}% | {s['num_rows']} | "
-                     f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} | {ra.get('tied', '-')} |")
+                     f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} | {ra.get('tied', '-')} | {ra.get('same_layout', '-')} |")
     for title, key in (("source group", "by_group"), ("family", "by_family"), ("stack", "by_stack")):
         lines += ["", f"## By {title}", "", "| file | " + title + " | MAPE | rows | mean signed error |", "| --- | --- | ---: | ---: | ---: |"]
         for name, rep in reports.items():

@@ -34,18 +34,23 @@ def rank_key(row: dict[str, Any]) -> tuple:
 
 
 def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[str, Any]:
-    """Kendall tau-a over the pairs with different measurements, per group of layout variants
-    and pooled: (concordant - discordant) / pairs, a pair the model predicts equal (rows that
-    differ only in what the model does not take, e.g. a software date) counting 0; and the share
-    of pairs the model orders as measured (a tie is not ordered right)."""
+    """Kendall tau-a over the pairs that differ in layout and in measurement, per group of layout
+    variants and pooled: (concordant - discordant) / pairs, a pair the model predicts equal
+    counting 0; and the share of pairs the model orders as measured (a tie is not ordered right).
+    Two rows that resolve to the same plan (the same layout run in another container or software
+    release) are no ranking question for the search: their pair is left out and counted apart
+    (same_layout), with the group's rows listed."""
     groups: dict[tuple, list[RowResult]] = {}
     for row, res in zip(raw, results):
         if res.error is not None and not res.not_modelled:  # predicted: the row normalizes
             groups.setdefault(rank_key(normalize_row(row)[0]), []).append(res)
-    out_groups, right, wrong, tied = [], 0, 0, 0
+    out_groups, right, wrong, tied, same = [], 0, 0, 0, 0
     for key, members in groups.items():
-        c = d = ties = 0
+        c = d = ties = alike = 0
         for a, b in itertools.combinations(members, 2):
+            if a.plan is not None and a.plan == b.plan:
+                alike += 1
+                continue
             measured = a.measured_tokens_per_second_per_gpu - b.measured_tokens_per_second_per_gpu
             predicted = a.predicted_tokens_per_second_per_gpu - b.predicted_tokens_per_second_per_gpu
             if measured == 0:
@@ -57,12 +62,13 @@ def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[
             else:
                 d += 1
         n = c + d + ties
-        if n:
+        if n or alike:
             out_groups.append({"group": " | ".join(str(k) for k in key), "rows": [m.id for m in members],
-                               "pairs": n, "tied": ties, "kendall_tau": (c - d) / n, "ordered_right": c / n})
-            right, wrong, tied = right + c, wrong + d, tied + ties
+                               "pairs": n, "tied": ties, "same_layout": alike, "kendall_tau": (c - d) / n if n else None,
+                               "ordered_right": c / n if n else None})
+            right, wrong, tied, same = right + c, wrong + d, tied + ties, same + alike
     n = right + wrong + tied
-    pooled = {"pairs": n, "tied": tied, "kendall_tau": (right - wrong) / n if n else None,
+    pooled = {"pairs": n, "tied": tied, "same_layout": same, "kendall_tau": (right - wrong) / n if n else None,
               "ordered_right": right / n if n else None}
     return {"pooled": pooled, "groups": out_groups}
 
@@ -124,4 +130,7 @@ def render(report: dict[str, Any]) -> str:
         p = ra["pooled"]
         lines.append(f"  rank agreement: Kendall tau {p['kendall_tau']:.2f}, {100 * p['ordered_right']:.0f}% of {p['pairs']} pairs "
                      f"ordered right, {p['tied']} predicted equal ({len(ra['groups'])} groups of layout variants)")
+    if ra and ra["pooled"].get("same_layout"):
+        lines.append(f"  rank agreement leaves out {ra['pooled']['same_layout']} pairs of rows with the same layout "
+                     "(the same plan in another software release: no ranking question)")
     return "\n".join(lines)

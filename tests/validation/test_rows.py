@@ -98,6 +98,23 @@ def test_kendall_tau_by_hand():
     assert pooled["kendall_tau"] == pytest.approx(3 / 6) and pooled["ordered_right"] == pytest.approx(4 / 6)
 
 
+def test_same_layout_pairs_are_left_out_of_the_ranking():
+    # issue 9: tau over rows that differ in layout. a and b resolve to one plan (the same layout in
+    # two software releases, measured 1 and 2, predicted equal); c is another layout (measured 3,
+    # predicted 2). Pairs (a,c) and (b,c) are ranked, both right -> tau 1 over 2 pairs; (a,b) is
+    # left out and counted as one same-layout pair, not as a tie
+    raw = [dict(BASE, id=i) for i in "abc"]
+    res = [RowResult(id=i, source_group="g", model_name="m", num_gpus=64, plan=plan, measured_tokens_per_second_per_gpu=m,
+                     predicted_tokens_per_second_per_gpu=p, error=p / m - 1)
+           for i, plan, m, p in (("a", "tp=2", 1, 1), ("b", "tp=2", 2, 1), ("c", "tp=4", 3, 2))]
+    ra = rank_agreement(raw, res)
+    assert (ra["pooled"]["pairs"], ra["pooled"]["tied"], ra["pooled"]["same_layout"]) == (2, 0, 1)
+    assert ra["pooled"]["kendall_tau"] == pytest.approx(1.0) and ra["groups"][0]["same_layout"] == 1
+    # a group of one layout only keeps its rows listed, with no tau
+    ra = rank_agreement(raw[:2], res[:2])
+    assert ra["pooled"]["pairs"] == 0 and ra["pooled"]["kendall_tau"] is None and ra["groups"][0]["kendall_tau"] is None
+
+
 def test_rows_written_as_text_join_their_layout_group():
     # the same run written "64" / "8,192" and 64 / 8192 is one group of layout variants: one pair,
     # measured 1 < 2 and predicted 1 < 3, ordered right (tau 1); apart they would form no pair
