@@ -194,6 +194,12 @@ def training_options(f: Callable) -> Callable:
     f = click.option("--fp8-param-gather", is_flag=True, default=False,
                      help="With --precision fp8: ZeRO / FSDP gather weights in FP8, 1 byte each (Megatron-LM --fp8-param-gather, "
                           "on in Megatron-Bridge's FP8 recipes; torchao enable_fsdp_float8_all_gather)")(f)
+    f = click.option("--expandable-segments/--fixed-segments", "expandable_segments", default=None,
+                     help="PyTorch's caching allocator: expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                          "PyTorch >= 2.1: no memory is stranded between segments, so the memory counts no fragmentation slack, "
+                          "and emitted launchers export the setting) or fixed segments (profiles/cost/defaults.yaml "
+                          "memory.fragmentation counted). Default: the stack's launcher (torchtitan's sets it; Megatron-LM, "
+                          "DeepSpeed and the others do not)")(f)
     f = click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True, help="GEMM precision")(f)
     f = click.option("--global-batch-tokens", default=None,
                      help="Global batch in tokens; K/M/G/T are powers of two, B (billion) the same as G "

@@ -17,7 +17,7 @@ from autopar.cli.common import (check_attention_kernel, checked_plan, dump_json,
 @click.option("--allow-tp-across-nodes", is_flag=True, help="Let tp exceed the NVLink domain (as in search): such a plan is judged by memory alone")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 def estimate(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
-             moe_routing, fp8_param_gather, attention_kernel, plan_text, no_flash, allow_tp_across_nodes, as_json):
+             moe_routing, fp8_param_gather, expandable_segments, attention_kernel, plan_text, no_flash, allow_tp_across_nodes, as_json):
     """Predict step time, throughput, MFU and memory of one plan."""
     from autopar.cost import estimate as cost_estimate
     from autopar.report import estimate_table
@@ -26,7 +26,7 @@ def estimate(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, fp8_recipe=fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing,
-                                fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel)
+                                fp8_param_gather=fp8_param_gather, expandable_segments=expandable_segments, attention_kernel=attention_kernel)
     check_attention_kernel(training, cluster)
     plan = checked_plan(plan_text, model, training, cluster.num_gpus)
     result = allow_tp_span(cost_estimate(model, cluster, training, plan, params_for_cluster(cluster)), plan, cluster, allow_tp_across_nodes)

@@ -188,7 +188,7 @@ def _progress(as_json: bool):
 @click.option("--per-stage-cores", type=int, default=PER_STAGE_CORES, show_default=True, help="Cores (plans without layout and recompute) solved per stage")
 @click.option("--per-stage-seconds", type=float, default=PER_STAGE_SECONDS, show_default=True, help="Wall-clock cap on the per-stage step, seconds: cores it does not reach are skipped, so a cap that binds makes the ranking depend on the machine's speed")
 def search(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
-           moe_routing, fp8_param_gather, attention_kernel, objective, top_k,
+           moe_routing, fp8_param_gather, expandable_segments, attention_kernel, objective, top_k,
            solver, fix_text, max_gbs_tokens, allow_tp_across_nodes, stage_layouts, references, no_flash, framework, as_json, out,
            emit_format, emit_dir, per_stage, per_stage_cores, per_stage_seconds):
     """Search the plan space and rank the fastest (or cheapest) plans that fit.
@@ -213,7 +213,7 @@ def search(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, 
     framework = resolve_framework(framework, emit_format)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, framework, fp8_recipe,
                                 flash_attention=not no_flash, moe_routing=moe_routing, max_batch_tokens=critical,
-                                fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel)
+                                fp8_param_gather=fp8_param_gather, expandable_segments=expandable_segments, attention_kernel=attention_kernel)
     check_attention_kernel(training, cluster)
     if critical is not None and training.tokens_per_step > critical:
         raise InputError("global-batch", training.global_batch_size,

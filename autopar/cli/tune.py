@@ -90,7 +90,7 @@ def _progress(t: dict) -> None:
 @click.option("--emit", "emit_format", type=click.Choice(FRAMEWORKS), default=None,
               help="Start from plans this framework runs and write each trial's launcher to TRIAL_DIR/launch")
 def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom, seq_len, global_batch, global_batch_tokens, precision, fp8_recipe, stack,
-                 moe_routing, fp8_param_gather, attention_kernel, trial_cmd,
+                 moe_routing, fp8_param_gather, expandable_segments, attention_kernel, trial_cmd,
                  num_trials, storage, study_name, out_dir, top_k, fix_text, seed, timeout_seconds, emit_format):
     """Refine the best predicted plans against measured step times (Optuna study).
 
@@ -106,7 +106,7 @@ def tune_command(model_name, cluster_name, gpus, extrapolate_fabric, memory_head
     model, cluster = resolve_inputs(model_name, cluster_name, gpus, extrapolate_fabric, memory_headroom)
     params = params_for_cluster(cluster)
     training = resolve_training(model, seq_len, global_batch, global_batch_tokens, precision, stack, emit_format, fp8_recipe,
-                                moe_routing=moe_routing, fp8_param_gather=fp8_param_gather,
+                                moe_routing=moe_routing, fp8_param_gather=fp8_param_gather, expandable_segments=expandable_segments,
                                 attention_kernel=attention_kernel)
     check_attention_kernel(training, cluster)
     name = study_name if study_name is not None else re.sub(r"[^A-Za-z0-9._=+-]+", "-", f"{model.name}-{cluster.num_gpus}gpu-s{training.seq_len}-b{training.global_batch_size}").strip("-.")

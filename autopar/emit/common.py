@@ -12,6 +12,7 @@ from autopar.specs.hardware import GB, ClusterSpec, usable_hbm_text
 from autopar.specs.model import ModelSpec
 from autopar.specs.plan import Plan, Recompute
 from autopar.specs.results import Results
+from autopar.specs.stack import runs_expandable_segments
 from autopar.specs.training import TrainingSpec
 
 # The software stacks each launcher framework runs (profiles/stacks/); the first is its default
@@ -251,6 +252,23 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
   echo "this plan needs {job.num_gpus} GPUs; NNODES * GPUS_PER_NODE = $((NNODES * GPUS_PER_NODE))" >&2
   exit 1
 fi"""
+
+
+def allocator_export(job: EmitJob) -> str | None:
+    """The allocator setting the plan's memory assumed, as a launcher line: a plan costed with
+    expandable segments counts no fragmentation slack (autopar.cost.context.Batch.fragmentation),
+    so its launcher exports them (torchtitan's run_train.sh does the same, and Megatron-Bridge's
+    perf recipes set it in their env_vars); None where the plan was costed with fixed segments,
+    whose slack is counted, and the launcher leaves the allocator alone."""
+    if not runs_expandable_segments(job.training):
+        return None
+    return ('export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True${PYTORCH_CUDA_ALLOC_CONF:+,$PYTORCH_CUDA_ALLOC_CONF}"'
+            "  # the plan's memory counts no fragmentation slack with expandable segments")
+
+
+def lines_of(*lines: str | None) -> str:
+    """The given lines of a script, each ending in a newline; None and empty ones left out."""
+    return "".join(line + "\n" for line in lines if line)
 
 
 def fp8_param_gather(job: EmitJob) -> bool:

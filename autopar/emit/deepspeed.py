@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from autopar.emit.common import (HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, check_common, check_common_model,
+from autopar.emit.common import (HYBRID_RULE, allocator_export, lines_of, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, check_common, check_common_model,
                                  comment_block, header_lines)
 from autopar.emit.deepspeed_model import HF_RULE, model_violations
 from autopar.emit.deepspeed_script import HELPER, render_helper
@@ -217,7 +217,7 @@ if [ $((NNODES * GPUS_PER_NODE)) -ne {job.num_gpus} ]; then
   exit 1
 fi
 export PYTHONPATH="$HERE${{PYTHONPATH:+:$PYTHONPATH}}"
-HOSTFILE_ARGS=()
+{lines_of(allocator_export(job))}HOSTFILE_ARGS=()
 if [ "$NNODES" -gt 1 ]; then HOSTFILE_ARGS=(--hostfile "${{HOSTFILE:-hostfile}}"); fi
 
 exec deepspeed ${{HOSTFILE_ARGS[@]+"${{HOSTFILE_ARGS[@]}}"}} --num_nodes "$NNODES" --num_gpus "$GPUS_PER_NODE" \\

@@ -18,7 +18,7 @@ from autopar.cost.rules import hybrid_a2a_size
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
-    Artefact, EmitJob, Rules, Violation, check_common, check_common_model, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
+    Artefact, EmitJob, allocator_export, Rules, Violation, check_common, check_common_model, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import (
     EXACT_GELU, GATED_FLAGS, LLAMA3_FIXED, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags,
@@ -298,12 +298,14 @@ def megatron_env(job: EmitJob) -> dict[str, str]:
 
 
 def env_lines(job: EmitJob) -> list[str]:
-    """The launcher's exports (megatron_env), and Megatron-FSDP's unset: Megatron-LM validate_args
-    and Bridge training/config.py assert CUDA_DEVICE_MAX_CONNECTIONS is not 1."""
+    """The launcher's exports (megatron_env), Megatron-FSDP's unset (Megatron-LM validate_args
+    and Bridge training/config.py assert CUDA_DEVICE_MAX_CONNECTIONS is not 1), and the allocator
+    setting the plan was costed with (allocator_export)."""
     lines = [f"export {k}={v}  # {ENV_REASONS[k]}" for k, v in megatron_env(job).items()]
     if uses_megatron_fsdp(job.plan):
         lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1")
-    return lines
+    allocator = allocator_export(job)
+    return lines + ([allocator] if allocator else [])
 
 
 # rules about what pretrain_gpt.py's flags cannot set on TransformerConfig; Megatron-Bridge builds

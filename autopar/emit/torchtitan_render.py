@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autopar.emit.common import EmitJob, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block
-from autopar.specs.stack import runs_expandable_segments
+from autopar.emit.common import EmitJob, allocator_export, lines_of, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block
 
 if TYPE_CHECKING:
     from autopar.emit.torchtitan import TitanConfig
@@ -104,16 +103,6 @@ def {CONFIG_FN}():
 '''
 
 
-def _allocator_line(job: EmitJob) -> str:
-    """The allocator setting the plan's memory assumed: torchtitan's own run_train.sh exports
-    expandable segments, and the plan counts no fragmentation slack with them
-    (autopar.cost.context.Batch.fragmentation); a run that turns them off keeps the default."""
-    if not runs_expandable_segments(job.training):  # planned with fixed segments (e.g. on the Megatron stack): the slack is counted
-        return ""
-    return ('export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True${PYTORCH_CUDA_ALLOC_CONF:+,$PYTORCH_CUDA_ALLOC_CONF}"'
-            "  # as torchtitan's run_train.sh; the plan's memory counts no fragmentation slack\n")
-
-
 def render_launcher(job: EmitJob, tc: "TitanConfig") -> str:
     notes = [f"Runs the generated config module ({MODULE_NAME}.py next to this script) with torchtitan >= 0.3.0."]
     return f"""#!/usr/bin/env bash
@@ -122,7 +111,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
 {rendezvous_block(job)}
 export PYTHONPATH="$HERE${{PYTHONPATH:+:$PYTHONPATH}}"
-{_allocator_line(job)}
+{lines_of(allocator_export(job))}
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" \\
   --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --local-ranks-filter 0 --role rank --tee 3 \\
   -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_FN} "$@"
