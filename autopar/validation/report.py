@@ -37,9 +37,11 @@ def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[
     """Kendall tau-a over the pairs that differ in layout and in measurement, per group of layout
     variants and pooled: (concordant - discordant) / pairs, a pair the model predicts equal
     counting 0; and the share of pairs the model orders as measured (a tie is not ordered right).
-    Two rows that resolve to the same plan (the same layout run in another container or software
-    release) are no ranking question for the search: their pair is left out and counted apart
-    (same_layout), with the group's rows listed."""
+    Two rows that resolve to the same plan and that the model predicts equal differ in nothing the
+    search chooses or the model takes (one layout run in two containers or software releases): no
+    ranking question, so their pair is left out and counted apart (same_layout), with the group's
+    rows listed. Rows of one plan that the model tells apart (another stack, FP8 recipe, routing)
+    stay ranked: those are choices a user makes."""
     groups: dict[tuple, list[RowResult]] = {}
     for row, res in zip(raw, results):
         if res.error is not None and not res.not_modelled:  # predicted: the row normalizes
@@ -48,7 +50,7 @@ def rank_agreement(raw: list[dict[str, Any]], results: list[RowResult]) -> dict[
     for key, members in groups.items():
         c = d = ties = alike = 0
         for a, b in itertools.combinations(members, 2):
-            if a.plan is not None and a.plan == b.plan:
+            if a.plan is not None and a.plan == b.plan and a.predicted_tokens_per_second_per_gpu == b.predicted_tokens_per_second_per_gpu:
                 alike += 1
                 continue
             measured = a.measured_tokens_per_second_per_gpu - b.measured_tokens_per_second_per_gpu
@@ -132,5 +134,5 @@ def render(report: dict[str, Any]) -> str:
                      f"ordered right, {p['tied']} predicted equal ({len(ra['groups'])} groups of layout variants)")
     if ra and ra["pooled"].get("same_layout"):
         lines.append(f"  rank agreement leaves out {ra['pooled']['same_layout']} pairs of rows with the same layout "
-                     "(the same plan in another software release: no ranking question)")
+                     "and the same prediction (one plan in two containers or software releases: no ranking question)")
     return "\n".join(lines)

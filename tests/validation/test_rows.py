@@ -99,8 +99,8 @@ def test_kendall_tau_by_hand():
 
 
 def test_same_layout_pairs_are_left_out_of_the_ranking():
-    # issue 9: tau over rows that differ in layout. a and b resolve to one plan (the same layout in
-    # two software releases, measured 1 and 2, predicted equal); c is another layout (measured 3,
+    # issue 9: tau over rows that differ in layout. a and b resolve to one plan and one prediction
+    # (the same layout in two software releases, measured 1 and 2); c is another layout (measured 3,
     # predicted 2). Pairs (a,c) and (b,c) are ranked, both right -> tau 1 over 2 pairs; (a,b) is
     # left out and counted as one same-layout pair, not as a tie
     raw = [dict(BASE, id=i) for i in "abc"]
@@ -110,6 +110,12 @@ def test_same_layout_pairs_are_left_out_of_the_ranking():
     ra = rank_agreement(raw, res)
     assert (ra["pooled"]["pairs"], ra["pooled"]["tied"], ra["pooled"]["same_layout"]) == (2, 0, 1)
     assert ra["pooled"]["kendall_tau"] == pytest.approx(1.0) and ra["groups"][0]["same_layout"] == 1
+    # the same plan predicted apart (another stack, FP8 recipe or routing the model takes) is a
+    # choice a user makes and stays ranked: b predicted 1.5 -> (a,b) right, (a,c) right, (b,c) right
+    res[1] = res[1].model_copy(update={"predicted_tokens_per_second_per_gpu": 1.5})
+    ra_apart = rank_agreement(raw, res)
+    assert (ra_apart["pooled"]["pairs"], ra_apart["pooled"]["same_layout"], ra_apart["pooled"]["kendall_tau"]) == (3, 0, 1.0)
+    res[1] = res[1].model_copy(update={"predicted_tokens_per_second_per_gpu": 1})
     # a group of one layout only keeps its rows listed, with no tau
     ra = rank_agreement(raw[:2], res[:2])
     assert ra["pooled"]["pairs"] == 0 and ra["pooled"]["kendall_tau"] is None and ra["groups"][0]["kendall_tau"] is None
