@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 
-from autopar.emit.common import (HYBRID_RULE, allocator_export, lines_of, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, check_common, check_common_model,
-                                 comment_block, header_lines)
+from autopar.emit.common import (HYBRID_RULE, LATENT_MOE_RULE, Artefact, EmitJob, Rules, Violation, allocator_export, check_common,
+                                 check_common_model, comment_block, header_lines, lines_of)
 from autopar.emit.deepspeed_model import HF_RULE, model_violations
 from autopar.emit.deepspeed_script import HELPER, render_helper
 from autopar.emit.presets import refuse

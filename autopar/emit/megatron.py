@@ -18,7 +18,7 @@ from autopar.cost.rules import hybrid_a2a_size
 from autopar.errors import InputError
 from autopar.specs.layout import megatron_layout
 from autopar.emit.common import (
-    Artefact, EmitJob, allocator_export, Rules, Violation, check_common, check_common_model, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
+    Artefact, EmitJob, Rules, Violation, allocator_export, check_common, check_common_model, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines, rendezvous_block, uneven_first_last,
 )
 from autopar.emit.megatron_model import (
     EXACT_GELU, GATED_FLAGS, LLAMA3_FIXED, MLA_YARN_FIXED, SQUARED_RELU, TANH_GELU, max_position_embeddings, mla_flags,

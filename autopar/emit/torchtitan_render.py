@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autopar.emit.common import EmitJob, allocator_export, lines_of, checkpoint_interval_steps, comment_block, header_lines, rendezvous_block
+from autopar.emit.common import EmitJob, allocator_export, checkpoint_interval_steps, comment_block, header_lines, lines_of, rendezvous_block
 
 if TYPE_CHECKING:
     from autopar.emit.torchtitan import TitanConfig

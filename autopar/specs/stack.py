@@ -108,7 +108,7 @@ def load_stack(stack: Stack) -> StackSpec:
 def runs_expandable_segments(training: TrainingSpec) -> bool:
     """Whether the run's allocator uses expandable segments: what the training states
     (TrainingSpec.expandable_segments), else its stack's launcher default. The cost model counts no
-    fragmentation slack then (autopar.cost.context.Batch.fragmentation), and an emitted torchtitan
-    launcher exports the setting (autopar.emit.torchtitan_render)."""
+    fragmentation slack then (autopar.cost.context.Batch.fragmentation), and every emitted launcher
+    exports the setting (autopar.emit.common.allocator_export)."""
     stated = training.expandable_segments
     return load_stack(training.stack).expandable_segments if stated is None else stated
