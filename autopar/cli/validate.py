@@ -20,7 +20,9 @@ FAMILIES_FILE = "profiles/validation/families.json"
 
 
 def _markdown(reports: dict[str, dict], holdout: tuple[str, ...] = ()) -> str:
-    """One page over all files: per file, source group and family, and rank agreement."""
+    """One page over all files: per file, source group, family, stack and GPU, and rank agreement."""
+    from autopar.validation.report import SUMMARY_TABLES
+
     lines = ["# Validation against published runs", "",
              f"Regenerate: `autopar validate {' '.join(REPORT_RUNS)} --holdout {' '.join(REPORT_HOLDOUT)} "
              f"--report-dir {REPORT_DIR} --families {FAMILIES_FILE}` (or `python -m autopar.cli.reports`)", "",
@@ -37,10 +39,10 @@ def _markdown(reports: dict[str, dict], holdout: tuple[str, ...] = ()) -> str:
         right = f"{100 * ra['ordered_right']:.0f}% of {ra['pairs']}" if ra.get("ordered_right") is not None else "-"
         lines.append(f"| {name} | {100 * (s['overall_mape'] or 0):.1f}% | {100 * (s['all_rows_mape'] or 0):.1f}% | {s['num_rows']} | "
                      f"{len(s['not_modelled'])} | {s['num_skipped']} | {tau} | {right} | {ra.get('tied', '-')} | {ra.get('same_layout', '-')} |")
-    for title, key in (("source group", "by_group"), ("family", "by_family"), ("stack", "by_stack")):
+    for title, key in SUMMARY_TABLES:
         lines += ["", f"## By {title}", "", "| file | " + title + " | MAPE | rows | mean signed error |", "| --- | --- | ---: | ---: | ---: |"]
         for name, rep in reports.items():
-            for group, g in rep["summary"][key].items():
+            for group, g in rep["summary"].get(key, {}).items():
                 lines.append(f"| {name} | {group} | {100 * g['mape']:.1f}% | {g['num_rows']} | {100 * g['mean_signed_error']:+.1f}% |")
     lines += ["", "## Not modelled (counted in 'all rows' only)", ""]
     for name, rep in reports.items():

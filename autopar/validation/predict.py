@@ -34,6 +34,8 @@ class RowResult(BaseModel):
     num_gpus: int
     family: str | None = Field(None, description="dense|moe / megatron-style|fsdp / precision / GPU generation")
     stack: str | None = None
+    gpu: str | None = Field(None, description="The GPU profile the row resolved to (profiles/gpus: a power-limited or 96 GB part "
+                            "is its own profile)")
     plan: str | None = None
     metric: str | None = Field(None, description="Which published figure was compared")
     measured_tokens_per_second_per_gpu: float | None = None
@@ -224,7 +226,8 @@ def predict_row(row: dict[str, Any], params: CostParams | None = None) -> RowRes
         row, derived = normalize_row(row)
         base = base.model_copy(update={"num_gpus": int(row.get("num_gpus") or 0)})
         inputs = row_inputs(row)
-        base = base.model_copy(update={"unused": inputs.unused, "not_modelled": inputs.not_modelled, "stack": inputs.training.stack.value})
+        base = base.model_copy(update={"unused": inputs.unused, "not_modelled": inputs.not_modelled, "stack": inputs.training.stack.value,
+                                        "gpu": inputs.cluster.gpu.name})
         measured = measured_tokens_per_gpu(row, inputs.model, inputs.cluster.gpu)
         if measured is None:
             return base.model_copy(update={"skipped": "no measured throughput, step time, TFLOP/s or MFU"})

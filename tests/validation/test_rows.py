@@ -14,7 +14,7 @@ from autopar.cost.flops import total_params
 from autopar.specs import load_model
 from autopar.specs.hardware import load_gpu
 from autopar.validation import predict_row
-from autopar.validation.report import rank_agreement
+from autopar.validation.report import rank_agreement, render, summarize
 from autopar.validation.predict import RowResult, params_for_cluster
 from autopar.validation.rows import normalize_row, row_inputs, row_model
 
@@ -96,6 +96,32 @@ def test_kendall_tau_by_hand():
     pooled = rank_agreement(raw, res)["pooled"]
     assert (pooled["pairs"], pooled["tied"]) == (6, 1)
     assert pooled["kendall_tau"] == pytest.approx(3 / 6) and pooled["ordered_right"] == pytest.approx(4 / 6)
+
+
+def test_summary_splits_a_family_by_gpu():
+    # one family, two parts the model misses in opposite directions (the held-out dense FP8 rows:
+    # GB300 too slow, GB200 about right): the family's MAPE pools them, the GPU table does not.
+    # Errors -0.20, -0.10 on GB300 and +0.05 on GB200: family MAPE (0.20 + 0.10 + 0.05) / 3,
+    # mean signed -0.25 / 3; GB300 MAPE 0.15, signed -0.15; GB200 0.05 both
+    res = [RowResult(id=i, source_group="g", model_name="m", num_gpus=64, family="dense/megatron-style/fp8/blackwell", gpu=gpu,
+                     plan="tp=1", measured_tokens_per_second_per_gpu=100.0, predicted_tokens_per_second_per_gpu=100.0 * (1 + e), error=e)
+           for i, gpu, e in (("a", "GB300", -0.20), ("b", "GB300", -0.10), ("c", "GB200", 0.05))]
+    s = summarize(res)
+    fam = s["by_family"]["dense/megatron-style/fp8/blackwell"]
+    assert fam["mape"] == pytest.approx(0.35 / 3) and fam["mean_signed_error"] == pytest.approx(-0.25 / 3)
+    assert set(s["by_gpu"]) == {"GB200", "GB300"}
+    assert s["by_gpu"]["GB300"]["mape"] == pytest.approx(0.15) and s["by_gpu"]["GB300"]["mean_signed_error"] == pytest.approx(-0.15)
+    assert s["by_gpu"]["GB300"]["num_rows"] == 2 and s["by_gpu"]["GB200"]["mape"] == pytest.approx(0.05)
+    text = render({"rows": [r.model_dump() | {"skipped": None} for r in res], "summary": s})
+    assert "by GPU:" in text and re.search(r"GB300\s+MAPE\s+15\.0%\s+\(2 rows\)", text)
+
+
+def test_report_names_the_gpu_profile_a_row_resolves_to():
+    # torchao's MX-format table ran on B200s power-limited to 750 W (profiles/gpus/b200-750w.yaml):
+    # the report groups such a row under its own profile, not under B200
+    rows = {r["id"]: r for r in json.loads((DATA / "fsdp_runs.json").read_text())}
+    res = predict_row(rows["new-torchao-b200-l3-8b-none"])
+    assert res.gpu == "B200-750W" and res.error is not None
 
 
 def test_same_layout_pairs_are_left_out_of_the_ranking():
