@@ -1,5 +1,5 @@
-"""Summaries of a validation run: MAPE per file, source group and family (modelled rows, and a
-second figure over all rows), and rank agreement (Kendall tau) within groups of runs that share
+"""Summaries of a validation run: MAPE per file, source group, family, stack and GPU part
+(modelled rows, and a second figure over all rows), and rank agreement (Kendall tau) within groups of runs that share
 model, GPU, GPU count and batch but differ in layout -- the search's job is ranking."""
 
 from __future__ import annotations
