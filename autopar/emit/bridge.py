@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from autopar.emit.common import (
     Artefact, EmitJob, Rules, Violation, check_common, checkpoint_interval_steps, comment_block, fp8_param_gather, header_lines,
-    rendezvous_block,
+    lines_of, rendezvous_block,
 )
 from autopar.emit.megatron import (
     CLI_ONLY_RULES, CP_COMM_TYPE, FSDP_STRATEGY, _layout_flags, check_megatron, cp_notes, env_lines, fp8_notes, full_recompute_layers,
@@ -378,7 +378,7 @@ if __name__ == "__main__":
 
 
 def render_launcher(job: EmitJob) -> str:
-    env = "".join(line + "\n" for line in env_lines(job))  # Megatron Core under Bridge needs what the Megatron-LM launcher exports
+    env = lines_of(*env_lines(job))  # Megatron Core under Bridge needs what the Megatron-LM launcher exports
     return f"""#!/usr/bin/env bash
 {comment_block(header_lines(job, FRAMEWORK)).rstrip()}
 set -euo pipefail
