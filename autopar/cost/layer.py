@@ -405,7 +405,7 @@ def flash_attention_seconds(batch: Batch, index: int, flops: np.ndarray) -> tupl
     m, t, tr = batch.model, batch.tab, batch.training
     arch = batch.cluster.gpu.architecture
     kernel = batch.attention_kernel
-    e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch)
+    e_fwd, e_bwd = batch.params.attention.efficiency(kernel, arch, batch.cluster.gpu.compute_capability)
     attention, head_dim = batch.params.attention, m.attention_head_dim
     peak = batch.cluster.gpu.peak_flops_per_second(batch.cluster.gpu.half_dtype)
     window = m.attention_window if m.is_local_attention_layer(index) else tr.seq_len

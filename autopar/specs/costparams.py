@@ -120,9 +120,15 @@ class AttentionLengthCurve(_Strict):
         return fwd, bwd
 
 
+def sm_key(compute_capability: float) -> str:
+    """The key of one part family in a per-architecture table: compute capability 10.3 -> sm_103."""
+    return f"sm_{round(compute_capability * 10)}"
+
+
 class AttentionParams(_Strict):
     kernels: dict[str, dict[str, tuple[float, float]]] = Field(
-        description="Fused attention kernel -> GPU architecture -> [forward, backward] fraction of the bf16 dense peak")
+        description="Fused attention kernel -> GPU architecture, or sm_<compute capability x 10> for one part family "
+        "inside it (sm_103: Blackwell Ultra) -> [forward, backward] fraction of the bf16 dense peak")
     length_curves: dict[str, AttentionLengthCurve] = Field(
         description="Fused attention kernel -> its TFLOP/s against keys per query and the causal mask at head dim 128 (fa2's for a kernel without one)")
     head_dim_64_curves: dict[str, AttentionLengthCurve] = Field(
@@ -134,9 +140,12 @@ class AttentionParams(_Strict):
     linear_attention: LinearAttentionBytes = Field(description="HBM bytes of the Gated DeltaNet mixer's chunked kernels and the element-wise work around them")
     mamba: MambaBytes = Field(description="HBM bytes of the Mamba-2 mixer's SSD kernels and the element-wise work around them")
 
-    def efficiency(self, kernel: str, architecture: str) -> tuple[float, float]:
-        """[forward, backward] efficiency; a kernel without numbers for the architecture runs as FA2."""
+    def efficiency(self, kernel: str, architecture: str, compute_capability: float | None = None) -> tuple[float, float]:
+        """[forward, backward] efficiency: the kernel's figure for the part's compute capability
+        (sm_103), else for its architecture; a kernel without numbers for the architecture runs as FA2."""
         table = self.kernels.get(kernel) or self.kernels["fa2"]
+        if compute_capability is not None and sm_key(compute_capability) in table:
+            return tuple(table[sm_key(compute_capability)])
         return tuple(table.get(architecture) or self.kernels["fa2"].get(architecture) or self.kernels["fa2"]["hopper"])
 
     def relative(self, kernel: str, architecture: str, keys, causal: bool, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
