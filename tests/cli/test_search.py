@@ -318,9 +318,10 @@ def test_framework_constrains_the_search(tmp_path):
     args = ["--model", "llama3-70b", "--cluster", "dgx-h100-superpod", "--gpus", "256", "--seq-len", "8192", "--global-batch", "512", "--top", "3"]
     free = json.loads(run(args + ["--json"]).output)
     assert free["plans"][0]["plan"]["tp"] > 1 and free["plans"][0]["plan"]["cp_algo"] == "ring"
-    r = run(args + ["--emit", "deepspeed", "--emit-dir", str(tmp_path), "--json"])
+    # one constrained search: its table on stdout, its JSON written by --out
+    r = run(args + ["--emit", "deepspeed", "--emit-dir", str(tmp_path), "--out", str(tmp_path / "ranked.json")])
     assert r.exit_code == 0, r.output
-    ranked = json.loads(r.stdout)
+    ranked = json.loads((tmp_path / "ranked.json").read_text())
     assert ranked["search"]["framework"] == "deepspeed"
     for p in ranked["plans"]:
         plan = p["plan"]
@@ -335,7 +336,7 @@ def test_framework_constrains_the_search(tmp_path):
                                                                                 "schedule=zero-bubble" in s["plan"]) for s in refused)
     no_fit = sum(s["status"] == "INFEASIBLE" for s in solves)
     proved = sum(s["status"] == "OPTIMAL" for s in solves)
-    line = next(l for l in run(args + ["--framework", "deepspeed"]).stdout.splitlines() if l.startswith("per-stage: "))
+    line = next(l for l in r.stdout.splitlines() if l.startswith("per-stage: "))
     assert (f"({proved} proved optimal, {len(refused)} refused by rules, {no_fit} did not fit in memory, 0 skipped by the time budget)"
             in line)
     assert run(args + ["--framework", "megatron", "--emit", "deepspeed"]).stderr.startswith("Error: framework='megatron': differs from --emit")

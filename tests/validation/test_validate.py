@@ -15,8 +15,8 @@ DEV_RUNS = Path(__file__).resolve().parents[1] / "data" / "dev_runs.json"
 
 
 @pytest.fixture(scope="module")
-def report():
-    return validate_runs(DEV_RUNS)
+def report(validated):
+    return validated("dev_runs")
 
 
 def test_predicts_every_row(report):
