@@ -42,7 +42,7 @@ def _markdown(reports: dict[str, dict], holdout: tuple[str, ...] = ()) -> str:
     for title, key in SUMMARY_TABLES:
         lines += ["", f"## By {title}", "", "| file | " + title + " | MAPE | rows | mean signed error |", "| --- | --- | ---: | ---: | ---: |"]
         for name, rep in reports.items():
-            for group, g in rep["summary"].get(key, {}).items():
+            for group, g in rep["summary"][key].items():
                 lines.append(f"| {name} | {group} | {100 * g['mape']:.1f}% | {g['num_rows']} | {100 * g['mean_signed_error']:+.1f}% |")
     lines += ["", "## Not modelled (counted in 'all rows' only)", ""]
     for name, rep in reports.items():

@@ -144,8 +144,9 @@ class AttentionParams(_Strict):
         """[forward, backward] efficiency: the kernel's figure for the part's compute capability
         (sm_103), else for its architecture; a kernel without numbers for the architecture runs as FA2."""
         table = self.kernels.get(kernel) or self.kernels["fa2"]
-        if compute_capability is not None and sm_key(compute_capability) in table:
-            return tuple(table[sm_key(compute_capability)])
+        family = table.get(sm_key(compute_capability)) if compute_capability is not None else None
+        if family:
+            return tuple(family)
         return tuple(table.get(architecture) or self.kernels["fa2"].get(architecture) or self.kernels["fa2"]["hopper"])
 
     def relative(self, kernel: str, architecture: str, keys, causal: bool, head_dim: int) -> tuple[np.ndarray, np.ndarray]:

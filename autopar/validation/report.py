@@ -123,9 +123,8 @@ def render(report: dict[str, Any]) -> str:
     s = report["summary"]
     lines += ["", "tokens/s per GPU; error = (predicted - measured) / measured"]
     for title, key in SUMMARY_TABLES:
-        table = s.get(key, {})  # a report written before the table existed has none
         lines.append(f"by {title}:")
-        for name, g in table.items():
+        for name, g in s[key].items():
             lines.append(f"  {name:<42} MAPE {100 * g['mape']:5.1f}%  ({g['num_rows']} rows)")
     if s["overall_mape"] is not None:
         lines.append(f"  {'overall':<42} MAPE {100 * s['overall_mape']:5.1f}%  ({s['num_predicted'] - len(s['not_modelled'])} modelled, "

@@ -117,12 +117,11 @@ def test_summary_splits_a_family_by_gpu():
     assert "by GPU:" in text and re.search(r"GB300\s+MAPE\s+15\.0%\s+\(2 rows\)", text)
 
 
-def test_report_names_the_gpu_profile_a_row_resolves_to():
+def test_report_names_the_gpu_profile_a_row_resolves_to(validated):
     # torchao's MX-format table ran on B200s power-limited to 750 W (profiles/gpus/b200-750w.yaml):
     # the report groups such a row under its own profile, not under B200
-    rows = {r["id"]: r for r in json.loads((DATA / "fsdp_runs.json").read_text())}
-    res = predict_row(rows["new-torchao-b200-l3-8b-none"])
-    assert res.gpu == "B200-750W" and res.error is not None
+    res = next(r for r in validated("fsdp_runs")["rows"] if r["id"] == "new-torchao-b200-l3-8b-none")
+    assert res["gpu"] == "B200-750W" and res["error"] is not None
 
 
 def test_same_layout_pairs_are_left_out_of_the_ranking():
